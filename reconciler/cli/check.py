@@ -1,0 +1,57 @@
+"""`lanes check`: validate a commit and evaluate the policies, before any host is touched."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from reconciler.cli.common import EXIT_DENY, EXIT_OK, gib, handle_errors, load_commit
+from reconciler.policy import Verdict, evaluate
+
+
+@handle_errors
+def check(
+    repo: Annotated[str, typer.Option("--repo", help="path of the state repository")] = ".",
+    rev: Annotated[str, typer.Option("--rev", help="commit, branch or tag to check")] = "HEAD",
+    state_dir: Annotated[str, typer.Option(help="folder of the state files in the repo")] = "state",
+    policies_dir: Annotated[str, typer.Option(help="folder of the policy files in the repo")] = "policies",
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Check a commit against the policies: exit 0 fine, 1 a deny, 2 bad input."""
+    loaded = load_commit(repo, rev, state_dir, policies_dir)
+    verdict = evaluate(loaded.desired, loaded.policies)
+    if as_json:
+        print(json.dumps(verdict.to_json(), indent=2, sort_keys=False))
+    else:
+        render_verdict(verdict, Console())
+    raise typer.Exit(EXIT_OK if verdict.ok else EXIT_DENY)
+
+
+def render_verdict(verdict: Verdict, console: Console) -> None:
+    table = Table(title=f"Per-rank memory budget at {verdict.commit[:12]} (GiB)", title_justify="left")
+    for column in ("lane", "rank", "host", "weights", "KV", "overhead", "need", "budget", "headroom"):
+        justify = "left" if column in {"lane", "host"} else "right"
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for b in verdict.budgets:
+        style = "red" if b.headroom < 0 else ""
+        floor = " (floor)" if b.floor else ""
+        table.add_row(
+            b.lane, str(b.rank), b.host, gib(b.weights), gib(b.kv_min) + floor, gib(b.overhead),
+            gib(b.need), gib(b.budget), gib(b.headroom), style=style,
+        )
+    console.print(table)
+    if not verdict.violations:
+        console.print("[green]no violations[/]")
+    for v in verdict.violations:
+        color = "red" if v.severity == "deny" else "yellow"
+        where = " ".join(
+            part for part in (v.lane or "", f"rank {v.rank}" if v.rank is not None else "", v.host or "") if part
+        )
+        console.print(f"[{color}]{v.severity.upper()}[/] [bold]{v.rule}[/] {where}: {v.message}", highlight=False)
+    status = "[green]ok[/]" if verdict.ok else "[red]denied[/]"
+    console.print(f"{status}: {sum(v.severity == 'deny' for v in verdict.violations)} deny, "
+                  f"{sum(v.severity == 'warn' for v in verdict.violations)} warn")

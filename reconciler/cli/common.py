@@ -1,0 +1,76 @@
+"""What every command shares: loading a commit, exit codes, error printing.
+
+Exit codes are the contract scripts rely on: 0 fine, 1 a deny (or pending
+changes for `plan --exit-code`, a failed apply), 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from reconciler.errors import InputError, LanesError
+from reconciler.source.gitread import open_repo, read_commit
+from reconciler.spec.load import DesiredState, PolicySet, load_desired, load_policies
+
+EXIT_OK = 0
+EXIT_DENY = 1
+EXIT_INPUT = 2
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+err_console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class LoadedCommit:
+    commit: str
+    desired: DesiredState
+    policies: PolicySet
+
+
+def load_commit(repo_path: str, rev: str, state_dir: str = "state", policies_dir: str = "policies") -> LoadedCommit:
+    repo = open_repo(repo_path)
+    read = read_commit(repo, rev, (state_dir, policies_dir))
+    desired = load_desired(read.files, read.commit, state_dir=state_dir)
+    policies = load_policies(read.files, policies_dir=policies_dir)
+    return LoadedCommit(read.commit, desired, policies)
+
+
+def fail(message: str, code: int = EXIT_INPUT, *, as_json: bool = False, **extra: Any) -> NoReturn:
+    if as_json:
+        print(json.dumps({"ok": False, "error": message, **extra}))
+    else:
+        err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn our errors into a one-line message and an exit code, never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        as_json = bool(kwargs.get("as_json", False))
+        try:
+            return func(*args, **kwargs)
+        except InputError as exc:
+            fail(exc.describe(), EXIT_INPUT, as_json=as_json, file=exc.file, line=exc.line, field=exc.field)
+        except LanesError as exc:
+            fail(str(exc), EXIT_DENY, as_json=as_json)
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            sys.exit(130)
+
+    return wrapper
+
+
+def gib(value: float) -> str:
+    return f"{value / (1 << 30):.1f}"

@@ -1,0 +1,25 @@
+"""The `lanes` command line: one typer app, one module per group of commands."""
+
+from __future__ import annotations
+
+import typer
+
+from reconciler.cli import check as check_cmd
+from reconciler.cli import schema as schema_cmd
+
+app = typer.Typer(
+    name="lanes",
+    help="GitOps reconciler for LLM inference lanes on DGX Spark (GB10) fleets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("check")(check_cmd.check)
+app.command("schema")(schema_cmd.schema)
+model_app = typer.Typer(help="Model files: fill architecture facts from a checkpoint.", no_args_is_help=True)
+model_app.command("facts")(schema_cmd.model_facts)
+app.add_typer(model_app, name="model")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,89 @@
+"""`lanes schema` and `lanes model facts`: help people write valid state files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from reconciler.cli.common import handle_errors
+from reconciler.errors import InputError
+from reconciler.spec.fleet import FleetDefaults, Host
+from reconciler.spec.lane import Lane
+from reconciler.spec.model import ModelSpec
+from reconciler.spec.policyfiles import HardwareFile, KnownIssuesFile, RulesFile
+from reconciler.spec.upstream import UpstreamsFile
+
+SCHEMAS: dict[str, type[Any]] = {
+    "fleet": FleetDefaults,
+    "host": Host,
+    "model": ModelSpec,
+    "lane": Lane,
+    "upstreams": UpstreamsFile,
+    "hardware": HardwareFile,
+    "rules": RulesFile,
+    "known-issues": KnownIssuesFile,
+}
+NAME_FROM_FILE = {"host", "model", "lane"}
+
+
+def json_schema(kind: str) -> dict[str, Any]:
+    schema: dict[str, Any] = SCHEMAS[kind].model_json_schema()
+    if kind in NAME_FROM_FILE:
+        # The name comes from the file name; the field is optional in the file.
+        schema.get("required", []).remove("name") if "name" in schema.get("required", []) else None
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = f"lanes {kind} file"
+    return schema
+
+
+@handle_errors
+def schema(
+    out: Annotated[Path, typer.Option("--out", help="folder to write <kind>.schema.json files into")] = Path("schemas"),
+    kind: Annotated[str | None, typer.Option("--kind", help="print one kind's schema to stdout")] = None,
+) -> None:
+    """Write the JSON Schema of every state and policy file kind (for yaml-language-server)."""
+    if kind is not None:
+        if kind not in SCHEMAS:
+            raise InputError(f"unknown kind '{kind}'; one of {', '.join(SCHEMAS)}", field="--kind")
+        print(json.dumps(json_schema(kind), indent=2))
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for name in SCHEMAS:
+        path = out / f"{name}.schema.json"
+        path.write_text(json.dumps(json_schema(name), indent=2) + "\n")
+        print(path)
+
+
+@handle_errors
+def model_facts(
+    path: Annotated[Path, typer.Argument(help="checkpoint folder with config.json")],
+    name: Annotated[str | None, typer.Option(help="model name (default: folder name, lower-cased)")] = None,
+    host_path: Annotated[str | None, typer.Option(help="path of the checkpoint on the hosts (default: PATH)")] = None,
+) -> None:
+    """Print a model file for state/models/ from a checkpoint's config.json and safetensors index."""
+    from reconciler.spec.checkpoint import facts_from_checkpoint, render_model_yaml
+
+    config_path = path / "config.json"
+    if not config_path.is_file():
+        raise InputError("config.json not found in the checkpoint folder", file=str(config_path))
+    config = _read_json(config_path)
+    index_path = path / "model.safetensors.index.json"
+    index = _read_json(index_path) if index_path.is_file() else None
+    total = sum(p.stat().st_size for p in path.glob("*.safetensors")) or None
+    model_name = name or path.resolve().name.lower()
+    spec, notes = facts_from_checkpoint(
+        config, index, name=model_name, path=host_path or str(path.resolve()), file_bytes_total=total
+    )
+    print(render_model_yaml(spec, notes), end="")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", file=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None

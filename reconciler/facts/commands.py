@@ -1,0 +1,125 @@
+"""Every non-docker command the reconciler sends to a host, as argv lists.
+
+The reconciler talks to a Spark only through these lists and through
+`docker ...` lists built by the engine renderers; the transport quotes them
+with `shlex.join`, so no lane field is ever pasted into a shell string.
+The few `sh -c` programs here are constants: variable parts travel as
+positional parameters (`"$1"`), never inside the script text.
+
+Each command carries a marker word right after its script (it becomes
+`$0` / `sys.argv[1]` on the host and shows up in `ps`), which lets the
+simulated Sparks recognise a command without interpreting shell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from reconciler.facts.lease_script import LEASE_SCRIPT
+from reconciler.facts.probe_script import PROBE_SCRIPT
+
+PROBE_MARKER = "lanes-probe"
+LEASE_MARKER = "lanes-lease"
+ENVFILE_MARKER = "lanes-envfile"
+DROPCACHES_MARKER = "lanes-dropcaches"
+MARKERS = frozenset({PROBE_MARKER, LEASE_MARKER, ENVFILE_MARKER, DROPCACHES_MARKER})
+
+# umask before mkdir and cat: the env file holds secrets, so it is 0600 from
+# the moment it exists (and its directory 0700 when we create it).
+ENVFILE_SCRIPT = 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+DROPCACHES_SCRIPT = "sync && echo 3 > /proc/sys/vm/drop_caches"
+
+# -I: isolated mode, so a host's PYTHONPATH or a stray file in the login
+# directory cannot change what the script imports.
+_PYTHON = ("python3", "-I", "-c")
+
+
+def probe_argv(model_paths: Sequence[str], lease_file: str, disk_path: str) -> list[str]:
+    """The one-round-trip fact gathering command (prints one JSON object)."""
+    return [
+        *_PYTHON,
+        PROBE_SCRIPT,
+        PROBE_MARKER,
+        "--lease-file",
+        lease_file,
+        "--disk-path",
+        disk_path,
+        "--",
+        *model_paths,
+    ]
+
+
+def lease_argv(action: Literal["acquire", "release"], lease_file: str, owner: str, ttl_s: int) -> list[str]:
+    """Take, renew or give back the host lease (exit 3 when someone else holds it)."""
+    return [*_PYTHON, LEASE_SCRIPT, LEASE_MARKER, action, lease_file, owner, str(ttl_s)]
+
+
+def envfile_argv(path: str) -> list[str]:
+    """Write stdin to `path` with mode 0600: how secrets reach a host."""
+    return ["sh", "-c", ENVFILE_SCRIPT, ENVFILE_MARKER, path]
+
+
+def dropcaches_argv() -> list[str]:
+    """Drop the page cache: on GB10 it counts as used memory until dropped."""
+    return ["sh", "-c", DROPCACHES_SCRIPT, DROPCACHES_MARKER]
+
+
+def command_marker(argv: Sequence[str]) -> str | None:
+    """Which of our commands `argv` is, or None for anything else.
+
+    The marker is the positional right after the `-c` script, for both the
+    python3 and the sh forms.
+    """
+    try:
+        script_at = list(argv).index("-c") + 1
+    except ValueError:
+        return None
+    if not argv or argv[0] not in ("python3", "sh"):
+        return None
+    marker_at = script_at + 1
+    if marker_at >= len(argv):
+        return None
+    marker = argv[marker_at]
+    return marker if marker in MARKERS else None
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """The arguments of a probe command, read back (the simulator answers them)."""
+
+    model_paths: tuple[str, ...]
+    lease_file: str
+    disk_path: str
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """The arguments of a lease command, read back."""
+
+    action: Literal["acquire", "release"]
+    lease_file: str
+    owner: str
+    ttl_s: int
+
+
+def read_probe_argv(argv: Sequence[str]) -> ProbeRequest:
+    """Inverse of `probe_argv`; ValueError when `argv` is not one."""
+    if command_marker(argv) != PROBE_MARKER:
+        raise ValueError("not a probe command")
+    rest = list(argv[5:])
+    if len(rest) < 5 or rest[0] != "--lease-file" or rest[2] != "--disk-path" or rest[4] != "--":
+        raise ValueError(f"malformed probe arguments: {rest[:5]!r}")
+    return ProbeRequest(model_paths=tuple(rest[5:]), lease_file=rest[1], disk_path=rest[3])
+
+
+def read_lease_argv(argv: Sequence[str]) -> LeaseRequest:
+    """Inverse of `lease_argv`; ValueError when `argv` is not one."""
+    if command_marker(argv) != LEASE_MARKER:
+        raise ValueError("not a lease command")
+    rest = list(argv[5:])
+    if len(rest) != 4 or rest[0] not in ("acquire", "release"):
+        raise ValueError(f"malformed lease arguments: {rest!r}")
+    action = cast(Literal["acquire", "release"], rest[0])
+    return LeaseRequest(action=action, lease_file=rest[1], owner=rest[2], ttl_s=int(rest[3]))

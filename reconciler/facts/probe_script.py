@@ -1,0 +1,232 @@
+"""The program a host runs to report every fact the reconciler needs, in one round trip.
+
+A reconcile cycle costs one SSH exec per host, so everything the planner
+needs (managed containers, memory, disk, model presence, the lease) is
+gathered by this one self-contained script and printed as a single JSON
+object. It runs with the host's own `python3` (3.8 or later, stdlib only:
+Sparks ship Ubuntu's python3, nothing else can be assumed) and must never
+crash: a missing docker, file or path is recorded into `errors` so the
+parser still gets every fact that could be read.
+
+The script is kept as a string here (not a file read at run time) so the
+pure core stays free of I/O; `tests/facts` runs it for real.
+"""
+
+from __future__ import annotations
+
+PROBE_VERSION = 1
+
+PROBE_SCRIPT = r'''
+import json, os, socket, stat, subprocess, sys, time
+
+MANAGED = "lanes.managed=true"
+
+
+def run(argv, errors, state):
+    # One missing docker is one error line, not one per docker call.
+    if state.get("missing"):
+        return None
+    try:
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60)
+    except FileNotFoundError:
+        state["missing"] = True
+        errors.append("%s: not found" % argv[0])
+        return None
+    except subprocess.TimeoutExpired:
+        errors.append("%s: timed out" % " ".join(argv[:2]))
+        return None
+    except OSError as e:
+        errors.append("%s: %s" % (" ".join(argv[:2]), e))
+        return None
+    if p.returncode != 0:
+        tail = p.stderr.strip().splitlines()[-3:]
+        errors.append("%s: exit %d: %s" % (" ".join(argv[:2]), p.returncode, " ".join(tail)))
+    return p.stdout
+
+
+def container(d):
+    cfg = d.get("Config") or {}
+    st = d.get("State") or {}
+    name = d.get("Name") or ""
+    if name.startswith("/"):
+        name = name[1:]
+    return {"name": name, "id": d.get("Id") or d.get("ID") or "",
+            "image": cfg.get("Image") or d.get("ImageName") or "",
+            "image_id": d.get("Image") or "", "state": st.get("Status") or "",
+            "exit_code": st.get("ExitCode"), "started_at": st.get("StartedAt"),
+            "labels": cfg.get("Labels") or {}}
+
+
+def docker_facts(errors):
+    state = {}
+    out = run(["docker", "ps", "-a", "--filter", "label=" + MANAGED, "-q"], errors, state)
+    ids = sorted(set((out or "").split()))
+    managed = []
+    if ids:
+        raw = run(["docker", "inspect"] + ids, errors, state)
+        try:
+            managed = [container(d) for d in json.loads(raw or "[]")]
+        except ValueError:
+            errors.append("docker inspect: output is not JSON")
+    unmanaged = []
+    raw = run(["docker", "ps", "-a", "--format", "{{json .}}"], errors, state)
+    for line in (raw or "").splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        cid = d.get("ID") or d.get("Id") or ""
+        labels = d.get("Labels") or ""
+        if isinstance(labels, dict):
+            labels = ",".join("%s=%s" % kv for kv in labels.items())
+        # ps shows 12-character ids, inspect full ones: compare by prefix.
+        if MANAGED in labels.split(",") or any(i.startswith(cid) or cid.startswith(i)
+                                               for i in ids if cid):
+            continue
+        names = d.get("Names") or ""
+        if isinstance(names, list):
+            names = names[0] if names else ""
+        unmanaged.append({"name": names, "image": d.get("Image") or "",
+                          "state": d.get("State") or ""})
+    return managed, unmanaged
+
+
+def listening(errors):
+    ports = set()
+    for fn in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(fn) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError as e:
+            if fn.endswith("tcp"):  # tcp6 is absent when IPv6 is off
+                errors.append("%s: %s" % (fn, e.strerror))
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 3 and f[3] == "0A":  # 0A is TCP_LISTEN
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
+def tree_bytes(path):
+    root = os.path.realpath(path)
+    st = os.stat(root)
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size
+    seen = set()
+    total = 0
+    for dirpath, _dirs, files in os.walk(root, followlinks=False):
+        for fn in files:
+            p = os.path.join(dirpath, fn)
+            try:
+                # A symlink is counted only when it stays inside the tree
+                # (HF snapshots point into ../blobs); inode dedup keeps a
+                # blob and its snapshot link from counting twice.
+                if os.path.islink(p):
+                    real = os.path.realpath(p)
+                    if not real.startswith(root + os.sep):
+                        continue
+                s = os.stat(p)
+            except OSError:
+                continue
+            if stat.S_ISREG(s.st_mode) and (s.st_dev, s.st_ino) not in seen:
+                seen.add((s.st_dev, s.st_ino))
+                total += s.st_size
+    return total
+
+
+def models(paths, errors):
+    res = {}
+    for p in paths:
+        try:
+            if os.path.exists(p):
+                res[p] = {"exists": True, "bytes": tree_bytes(p)}
+            else:
+                res[p] = {"exists": False, "bytes": 0}
+        except OSError as e:
+            errors.append("model %s: %s" % (p, e))
+            res[p] = {"exists": os.path.exists(p), "bytes": 0}
+    return res
+
+
+def disk(path, errors):
+    try:
+        s = os.statvfs(path)
+    except OSError as e:
+        errors.append("disk %s: %s" % (path, e.strerror))
+        return None
+    return {"path": path, "total": s.f_blocks * s.f_frsize, "free": s.f_bavail * s.f_frsize}
+
+
+def lease(path, errors):
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        errors.append("lease %s: %s" % (path, e))
+        return None
+    if not isinstance(data, dict):
+        errors.append("lease %s: not a JSON object" % path)
+        return None
+    return data
+
+
+def meminfo(errors):
+    try:
+        with open("/proc/meminfo") as f:
+            return f.read()
+    except OSError as e:
+        errors.append("/proc/meminfo: %s" % e.strerror)
+        return None
+
+
+def parse_args(argv, errors):
+    lease_file, disk_path, paths = None, "/", []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            paths = argv[i + 1:]
+            break
+        if a in ("--lease-file", "--disk-path") and i + 1 < len(argv):
+            if a == "--lease-file":
+                lease_file = argv[i + 1]
+            else:
+                disk_path = argv[i + 1]
+            i += 2
+            continue
+        errors.append("probe: unexpected argument %r" % a)
+        i += 1
+    return lease_file, disk_path, paths
+
+
+def main():
+    errors = []
+    out = {"probe_version": 1, "hostname": socket.gethostname(), "time": time.time(),
+           "containers": [], "unmanaged": [], "listening": [], "meminfo": None,
+           "disk": None, "models": {}, "lease": None, "errors": errors}
+    lease_file, disk_path, paths = parse_args(sys.argv[2:], errors)
+    steps = [
+        ("docker", lambda: out.update(zip(("containers", "unmanaged"), docker_facts(errors)))),
+        ("listening", lambda: out.update(listening=listening(errors))),
+        ("meminfo", lambda: out.update(meminfo=meminfo(errors))),
+        ("disk", lambda: out.update(disk=disk(disk_path, errors))),
+        ("models", lambda: out.update(models=models(paths, errors))),
+        ("lease", lambda: out.update(lease=lease(lease_file, errors))),
+    ]
+    for name, step in steps:
+        # Each fact is independent: one failing must not hide the others.
+        try:
+            step()
+        except Exception as e:
+            errors.append("%s: %s: %s" % (name, type(e).__name__, e))
+    sys.stdout.write(json.dumps(out, sort_keys=True) + "\n")
+
+
+main()
+'''

@@ -1,0 +1,136 @@
+"""Lane files (`state/lanes/<lane>.yaml`): one serving deployment.
+
+A lane is what the team edits and pushes: model, engine image pinned by
+digest, topology over hosts (the first host is the head), serving flags.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from reconciler.spec.base import Name, StrictModel
+
+EngineKind = Literal["sglang", "vllm", "flare", "generic"]
+KVCacheDtype = Literal[
+    "auto", "bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4",
+    "fp8_ds_mla", "nvfp4_ds_mla",
+]
+DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Mount(StrictModel):
+    source: str = Field(min_length=1, description="path on the host")
+    target: str = Field(pattern=r"^/", description="path in the container")
+    read_only: bool = False
+
+
+class SecretRef(StrictModel):
+    """A secret by name; its value lives on the control node, never in git."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="credential name on the control node")
+    env: str = Field(description="environment variable the container reads it from")
+
+    @field_validator("env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not ENV_NAME_RE.match(value):
+            raise ValueError(f"'{value}' is not an environment variable name")
+        return value
+
+
+class Health(StrictModel):
+    """Readiness gate stages; defaults sized for big models that load for tens of minutes."""
+
+    port_timeout_s: float = Field(default=600, gt=0, description="until the port listens")
+    ready_timeout_s: float = Field(default=2400, gt=0, description="until /health answers 200")
+    models_timeout_s: float = Field(default=120, gt=0, description="until /v1/models lists the served model")
+    completion_timeout_s: float = Field(default=300, gt=0, description="until one streamed token arrives")
+    poll_interval_s: float = Field(default=2.0, gt=0)
+    path: str = Field(default="/health", pattern=r"^/")
+
+
+class Track(StrictModel):
+    """Follow an upstream source: new qualifying releases become proposal branches."""
+
+    source: str = Field(description="a source name in state/upstreams.yaml")
+    image: str = Field(description="image reference template, e.g. 'lmsysorg/sglang:{version}-cu130'")
+    versions: str = Field(default="", description="PEP 440 specifier the version must satisfy, e.g. '>=0.5.22'")
+    prereleases: bool = False
+    max_open: int = Field(default=2, ge=1, description="open proposals at most for this lane")
+    trial_hosts: tuple[str, ...] = ()
+
+
+class Lane(StrictModel):
+    """One serving deployment over one or more hosts."""
+
+    name: Name
+    description: str = ""
+    desired: Literal["running", "stopped"] = "running"
+    engine: EngineKind
+    launcher: Literal["native", "ray"] = Field(
+        default="native", description="vLLM multi-node: 'native' (--nnodes/--headless) or 'ray' (head + workers)"
+    )
+    engine_version: str = Field(min_length=1, description="the engine's own version string inside the image")
+    image: str = Field(min_length=1, description="image reference, pinned as repo@sha256:<digest>")
+    image_built: str | None = Field(default=None, description="build date of the image (YYYY-MM-DD)")
+    model: Name
+    served_model_name: str | None = None
+    hosts: tuple[Name, ...] = Field(min_length=1, description="hosts in rank order; the first is the head")
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    dcp: int = Field(default=1, ge=1, description="decode context parallel: divides the KV cache only")
+    max_model_len: int = Field(ge=1)
+    max_num_seqs: int = Field(default=8, ge=1)
+    kv_cache_dtype: KVCacheDtype = "auto"
+    gpu_memory_utilization: float = Field(gt=0, le=1)
+    port: int = Field(default=8000, ge=1, le=65535)
+    args: tuple[str, ...] = Field(default=(), description="extra engine arguments, passed as argv items")
+    env: dict[str, str] = Field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    secrets: tuple[SecretRef, ...] = ()
+    health: Health = Health()
+    bench_profile: str | None = None
+    upstream: str | None = Field(default=None, description="source in upstreams.yaml this lane's engine follows")
+    track: Track | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not ENV_NAME_RE.match(key):
+                raise ValueError(f"'{key}' is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct_hosts(self) -> Lane:
+        seen: set[str] = set()
+        for host in self.hosts:
+            if host in seen:
+                raise ValueError(f"host '{host}' is listed twice")
+            seen.add(host)
+        return self
+
+    @property
+    def ranks(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def head(self) -> str:
+        return self.hosts[0]
+
+    @property
+    def running(self) -> bool:
+        return self.desired == "running"
+
+    @property
+    def image_pinned(self) -> bool:
+        return bool(DIGEST_RE.search(self.image))
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model

@@ -1,0 +1,144 @@
+"""Load the desired state and the policy set from the files of one commit.
+
+The loader sees only a mapping of repository paths to blob bytes, handed in
+by the git layer, so what is checked is exactly what was pushed and this
+module never touches the working tree.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.errors import InputError
+from reconciler.spec.fleet import FleetDefaults, Host
+from reconciler.spec.lane import Lane
+from reconciler.spec.model import ModelSpec
+from reconciler.spec.policyfiles import HardwareFile, KnownIssuesFile, RulesFile
+from reconciler.spec.upstream import UpstreamsFile
+from reconciler.spec.yamlsrc import line_of, parse_yaml, validate
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """Everything `state/` says, for one commit."""
+
+    commit: str
+    fleet: FleetDefaults
+    hosts: Mapping[str, Host]
+    models: Mapping[str, ModelSpec]
+    lanes: Mapping[str, Lane]
+    upstreams: UpstreamsFile = UpstreamsFile()
+    files: Mapping[str, str] = field(default_factory=dict)
+    """`kind/name` (e.g. `lanes/glm53`) to the repository path it came from."""
+
+    def lane_file(self, lane: str) -> str:
+        return self.files.get(f"lanes/{lane}", f"lanes/{lane}")
+
+    def running_lanes(self) -> list[Lane]:
+        return [lane for lane in self.lanes.values() if lane.running]
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    hardware: HardwareFile
+    rules: RulesFile
+    known_issues: KnownIssuesFile
+
+
+def _files_under(files: Mapping[str, bytes], folder: str) -> list[str]:
+    prefix = folder.rstrip("/") + "/"
+    return sorted(p for p in files if p.startswith(prefix) and "/" not in p[len(prefix):])
+
+
+def _stem(path: str) -> str:
+    base = posixpath.basename(path)
+    for suffix in YAML_SUFFIXES:
+        if base.endswith(suffix):
+            return base[: -len(suffix)]
+    return base
+
+
+def _load_named(files: Mapping[str, bytes], folder: str, model: type[Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each file of a folder is one object whose name is the file's stem."""
+    out: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    kind = posixpath.basename(folder)
+    for path in _files_under(files, folder):
+        if not path.endswith(YAML_SUFFIXES):
+            raise InputError("only .yaml files belong here", file=path)
+        stem = _stem(path)
+        doc = parse_yaml(path, files[path])
+        if isinstance(doc, Mapping) and "name" in doc and doc["name"] != stem:
+            raise InputError(
+                f"name '{doc['name']}' differs from the file name '{stem}'; rename one of them",
+                file=path,
+                line=line_of(doc, ("name",)),
+                field="name",
+            )
+        obj = validate(model, doc, path, defaults={"name": stem})
+        if obj.name in out:
+            raise InputError(f"{kind[:-1]} '{obj.name}' is defined twice (also in {where[obj.name]})", file=path)
+        out[obj.name] = obj
+        where[obj.name] = path
+    return out, where
+
+
+def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "state") -> DesiredState:
+    """Build the desired state from the files of one commit."""
+    fleet_path = f"{state_dir}/fleet.yaml"
+    if fleet_path not in files:
+        raise InputError(f"missing {fleet_path}: every state repo needs fleet defaults", file=fleet_path)
+    fleet = validate(FleetDefaults, parse_yaml(fleet_path, files[fleet_path]), fleet_path)
+    hosts, host_files = _load_named(files, f"{state_dir}/hosts", Host)
+    models, model_files = _load_named(files, f"{state_dir}/models", ModelSpec)
+    lanes, lane_files = _load_named(files, f"{state_dir}/lanes", Lane)
+    upstreams = UpstreamsFile()
+    ups_path = f"{state_dir}/upstreams.yaml"
+    if ups_path in files:
+        upstreams = validate(UpstreamsFile, parse_yaml(ups_path, files[ups_path]), ups_path)
+    source_names = {source.name for source in upstreams.sources}
+    for name, lane in lanes.items():
+        path = lane_files[name]
+        if lane.model not in models:
+            doc = parse_yaml(path, files[path])
+            known = ", ".join(sorted(models)) or "none"
+            raise InputError(
+                f"model '{lane.model}' is not defined in {state_dir}/models/ (known: {known})",
+                file=path,
+                line=line_of(doc, ("model",)),
+                field="model",
+            )
+        for ref, field_name in ((lane.upstream, "upstream"), (lane.track.source if lane.track else None, "track")):
+            if ref is not None and ref not in source_names:
+                doc = parse_yaml(path, files[path])
+                raise InputError(
+                    f"upstream source '{ref}' is not declared in {ups_path}",
+                    file=path,
+                    line=line_of(doc, (field_name,)),
+                    field=field_name if field_name == "upstream" else "track.source",
+                )
+    where = {f"hosts/{k}": v for k, v in host_files.items()}
+    where.update({f"models/{k}": v for k, v in model_files.items()})
+    where.update({f"lanes/{k}": v for k, v in lane_files.items()})
+    return DesiredState(
+        commit=commit, fleet=fleet, hosts=hosts, models=models, lanes=lanes, upstreams=upstreams, files=where
+    )
+
+
+def load_policies(files: Mapping[str, bytes], *, policies_dir: str = "policies") -> PolicySet:
+    def one(name: str, model: type[Any]) -> Any:
+        path = f"{policies_dir}/{name}"
+        if path not in files:
+            raise InputError(f"missing policy file {path}", file=path)
+        return validate(model, parse_yaml(path, files[path]), path)
+
+    return PolicySet(
+        hardware=one("hardware.yaml", HardwareFile),
+        rules=one("rules.yaml", RulesFile),
+        known_issues=one("known-issues.yaml", KnownIssuesFile),
+    )

@@ -1,0 +1,88 @@
+"""Model files (`state/models/<model>.yaml`): where a checkpoint lives and the
+architecture facts the per-rank memory budget needs.
+
+The budget is only as good as these facts, so they are explicit fields with
+units, filled by `lanes model facts` from a checkpoint's config.json.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from reconciler.spec.base import Name, StrictModel
+
+AttentionKind = Literal["mha", "gqa", "mla"]
+
+
+class MoE(StrictModel):
+    experts: int = Field(ge=1)
+    experts_per_token: int = Field(ge=1)
+    shared_experts: int = Field(default=0, ge=0)
+
+
+class Architecture(StrictModel):
+    """What sizes the KV cache: per layer, per token, per sequence."""
+
+    layers: int = Field(ge=1, description="decoder layers (num_hidden_layers)")
+    attention: AttentionKind
+    num_heads: int | None = Field(default=None, ge=1, description="query heads")
+    kv_heads: int | None = Field(default=None, ge=1, description="key/value heads (MHA/GQA)")
+    head_dim: int | None = Field(default=None, ge=1, description="per-head dimension (MHA/GQA)")
+    hidden_size: int | None = Field(default=None, ge=1)
+    kv_lora_rank: int | None = Field(default=None, ge=1, description="MLA latent width")
+    rope_dim: int | None = Field(default=None, ge=1, description="MLA decoupled RoPE key width (qk_rope_head_dim)")
+    kv_slot_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="bytes per token per layer of a fixed-slot MLA layout (fp8_ds_mla/nvfp4_ds_mla) "
+        "when the model packs its own, e.g. DeepSeek V4's 584 (448 NoPE + 128 RoPE + 8 scale)",
+    )
+    compress_ratios: tuple[float, ...] | None = Field(
+        default=None,
+        description="DeepSeek V4: per layer; r > 1 keeps one slot per r tokens, r <= 1 is a sliding-window layer",
+    )
+    sliding_window: int | None = Field(default=None, ge=1, description="tokens a sliding-window layer keeps")
+    sliding_window_layers: int = Field(
+        default=0, ge=0, description="layers that use the sliding window (models with interleaved SWA)"
+    )
+    index_head_dim: int | None = Field(
+        default=None, ge=1, description="sparse-attention indexer key width; its cache is sized too"
+    )
+    index_dtype_bytes: float = Field(default=1.0, gt=0, description="indexer key bytes per element (fp8)")
+    linear_layers: int = Field(default=0, ge=0, description="linear/recurrent layers of a hybrid model")
+    linear_state_bytes: int = Field(
+        default=0, ge=0, description="fixed recurrent state per sequence per linear layer, in bytes"
+    )
+    max_position_embeddings: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _facts_complete(self) -> Architecture:
+        if self.attention == "mla":
+            if self.kv_lora_rank is None or self.rope_dim is None:
+                raise ValueError("attention 'mla' needs kv_lora_rank and rope_dim")
+        elif self.kv_heads is None or self.head_dim is None:
+            raise ValueError(f"attention '{self.attention}' needs kv_heads and head_dim")
+        if self.compress_ratios is not None and len(self.compress_ratios) != self.layers:
+            raise ValueError(
+                f"compress_ratios has {len(self.compress_ratios)} entries but the model has {self.layers} layers"
+            )
+        if self.linear_layers > self.layers:
+            raise ValueError("linear_layers cannot exceed layers")
+        if self.linear_layers and not self.linear_state_bytes:
+            raise ValueError("linear_layers needs linear_state_bytes")
+        return self
+
+
+class ModelSpec(StrictModel):
+    """A checkpoint as it sits on every host that serves it."""
+
+    name: Name
+    hf_repo: str = Field(min_length=1, description="Hugging Face repo id")
+    revision: str | None = Field(default=None, description="commit sha of the HF repo; a branch is not a pin")
+    path: str = Field(pattern=r"^/", description="absolute path of the checkpoint on each host")
+    weight_bytes: int = Field(gt=0, description="bytes of all weight shards (safetensors index total_size)")
+    quantization: str = Field(default="bf16", description="weight format: bf16, fp8, mxfp8, mxfp4, nvfp4, ...")
+    moe: MoE | None = None
+    architecture: Architecture

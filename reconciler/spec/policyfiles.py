@@ -1,0 +1,76 @@
+"""Policy files (`policies/*.yaml`): hardware figures, rule settings, known issues.
+
+Every figure carries its source so a person can check it; the policy code
+holds no numbers of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from reconciler.spec.base import StrictModel
+
+Severity = Literal["deny", "warn"]
+ParamValue = bool | int | float | str | list[str] | dict[str, float]
+
+
+class Figure(StrictModel):
+    value: float
+    unit: str
+    source: str = Field(min_length=1, description="where the figure comes from")
+
+
+class HardwareProfile(StrictModel):
+    description: str = ""
+    memory_total: Figure = Field(description="unified memory of the machine")
+    torch_visible: Figure = Field(description="what torch.cuda reports as total: the base of the budget")
+    boot_free: Figure = Field(description="free memory typically seen at engine start")
+    max_boot_utilization: Figure = Field(
+        description="gpu_memory_utilization above this can fail at start (boot_free / torch_visible)"
+    )
+
+
+class HardwareFile(StrictModel):
+    profiles: dict[str, HardwareProfile]
+
+
+class RuleConfig(StrictModel):
+    enabled: bool = True
+    severity: Severity = "deny"
+    description: str = ""
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+
+
+class RulesFile(StrictModel):
+    rules: dict[str, RuleConfig]
+
+
+class IssueCondition(StrictModel):
+    """Lane configuration that triggers a known issue; every set field must match."""
+
+    quantization: tuple[str, ...] = Field(default=(), description="model weight formats")
+    kv_cache_dtype: tuple[str, ...] = ()
+    moe: bool | None = None
+    min_ep: int | None = None
+    min_tp: int | None = None
+    min_pp: int | None = None
+    min_dcp: int | None = None
+    launcher: str | None = None
+    args_include: tuple[str, ...] = Field(default=(), description="engine args that must all be present")
+
+
+class KnownIssue(StrictModel):
+    id: str = Field(min_length=1)
+    engine: str
+    versions: str = Field(description="PEP 440 specifier of affected engine versions, e.g. '<0.32.0'")
+    when: IssueCondition = IssueCondition()
+    severity: Severity = "deny"
+    summary: str = Field(min_length=1)
+    action: str = Field(min_length=1, description="what to do about it")
+    ref: str = Field(min_length=1, description="upstream issue or pull request")
+
+
+class KnownIssuesFile(StrictModel):
+    issues: tuple[KnownIssue, ...] = ()

@@ -1,0 +1,246 @@
+"""SSH transport: a pool of pinned-key asyncssh connections, one per host.
+
+The daemon talks to every Spark each cycle; opening a fresh SSH connection
+per command would cost a key exchange each time and hammer sshd's
+MaxStartups. So each (address, port, user) keeps one connection, opened
+lazily under a per-key lock (concurrent first calls share one connect) and
+multiplexing commands as channels. A global semaphore bounds commands in
+flight across the fleet.
+
+Trust is explicit: host keys must be pinned in the known_hosts file we are
+given (no trust on first use), and we log in with the given client keys only
+(no agent, no password, no ~/.ssh/config), so the daemon behaves the same
+whoever's environment starts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import asyncssh
+import structlog
+
+from reconciler.errors import HostKeyError, HostUnreachableError, PermanentError
+from reconciler.transport.base import CommandResult, HostTarget, checked, command_line, timed_out
+
+log = structlog.get_logger(__name__)
+
+_PoolKey = tuple[str, int, str]
+
+
+class _StaleConnectionError(Exception):
+    """The pooled connection died before our channel opened: safe to reconnect."""
+
+
+class SSHTransport:
+    """Runs argv lists on hosts over pooled asyncssh connections."""
+
+    def __init__(
+        self,
+        known_hosts: Path,
+        client_keys: Sequence[Path],
+        *,
+        max_concurrency: int = 64,
+        connect_timeout: float = 10.0,
+        keepalive_interval: float = 15.0,
+        keepalive_count_max: int = 3,
+    ) -> None:
+        if not client_keys:
+            raise ValueError("SSHTransport needs at least one client key")
+        self._known_hosts = Path(known_hosts)
+        self._client_keys = [str(p) for p in client_keys]
+        self._connect_timeout = connect_timeout
+        self._keepalive_interval = keepalive_interval
+        self._keepalive_count_max = keepalive_count_max
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._conns: dict[_PoolKey, asyncssh.SSHClientConnection] = {}
+        self._locks: dict[_PoolKey, asyncio.Lock] = {}
+
+    @property
+    def connection_count(self) -> int:
+        """Open pooled connections (for tests and metrics)."""
+        return sum(1 for conn in self._conns.values() if not conn.is_closed())
+
+    async def run(
+        self,
+        host: HostTarget,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float = 30.0,  # noqa: ASYNC109 - part of the Transport API; applied with asyncio.timeout
+        check: bool = True,
+    ) -> CommandResult:
+        command_line(argv)  # refuse a bad argv before waiting for a slot
+        args = tuple(argv)
+        async with self._slots:
+            started = time.monotonic()
+            # The timeout starts once we hold a slot: waiting behind other
+            # hosts' commands is not this host being unreachable.
+            try:
+                async with asyncio.timeout(timeout):
+                    completed = await self._execute(host, args, input)
+            except TimeoutError:
+                raise timed_out(host, args, timeout) from None
+            duration = time.monotonic() - started
+        # A signal leaves exit_status at -1 in asyncssh; we report "no status".
+        status = None if completed.exit_signal else completed.exit_status
+        result = CommandResult(
+            host=host.name,
+            argv=args,
+            exit_status=status,
+            stdout=_text(completed.stdout),
+            stderr=_text(completed.stderr),
+            duration_s=duration,
+        )
+        return checked(result) if check else result
+
+    async def close(self) -> None:
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            await conn.wait_closed()
+
+    async def _execute(
+        self, host: HostTarget, argv: tuple[str, ...], input: str | None
+    ) -> asyncssh.SSHCompletedProcess:
+        # A connection that died while idle is noticed only when we open a
+        # channel on it; the command was never sent, so one reconnect is safe.
+        # A drop after the command was sent is not retried: it may have run.
+        for attempt in (1, 2):
+            conn = await self._connection(host)
+            try:
+                return await self._run_on(conn, host, argv, input)
+            except _StaleConnectionError as exc:
+                await self._discard(host, conn)
+                if attempt == 2:
+                    raise HostUnreachableError(host.name, f"connection lost: {exc}") from None
+                log.info("ssh.reconnect", host=host.name, reason=str(exc))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _run_on(
+        self,
+        conn: asyncssh.SSHClientConnection,
+        host: HostTarget,
+        argv: tuple[str, ...],
+        input: str | None,
+    ) -> asyncssh.SSHCompletedProcess:
+        try:
+            # Without input, stdin gets EOF at once so a command that reads
+            # it cannot hang waiting for us.
+            process = await conn.create_process(
+                command_line(argv),
+                input=input or None,
+                stdin=asyncssh.PIPE if input else asyncssh.DEVNULL,
+                encoding="utf-8",
+                errors="replace",
+            )
+            try:
+                completed = await process.wait(check=False)
+            except asyncio.CancelledError:
+                # Timed out or shut down: closing the channel makes sshd hang
+                # up on the command instead of leaving it to run unwatched.
+                process.close()
+                raise
+        except asyncssh.ChannelOpenError as exc:
+            if exc.code == asyncssh.OPEN_CONNECT_FAILED:
+                raise _StaleConnectionError(exc.reason) from None
+            raise HostUnreachableError(host.name, f"cannot open a session: {exc.reason}") from None
+        except (asyncssh.DisconnectError, OSError) as exc:
+            if conn.is_closed():
+                await self._discard(host, conn)
+            raise HostUnreachableError(host.name, f"connection lost running {argv[0]}: {exc}") from None
+        if completed.exit_status is None and completed.exit_signal is None and conn.is_closed():
+            await self._discard(host, conn)
+            raise HostUnreachableError(host.name, f"connection dropped while running {argv[0]}")
+        return completed
+
+    async def _connection(self, host: HostTarget) -> asyncssh.SSHClientConnection:
+        key = _pool_key(host)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(key)
+            if conn is not None and not conn.is_closed():
+                return conn
+            conn = await self._connect(host)
+            self._conns[key] = conn
+            return conn
+
+    async def _discard(self, host: HostTarget, conn: asyncssh.SSHClientConnection) -> None:
+        key = _pool_key(host)
+        if self._conns.get(key) is conn:
+            del self._conns[key]
+        conn.close()
+        await conn.wait_closed()
+
+    async def _connect(self, host: HostTarget) -> asyncssh.SSHClientConnection:
+        where = f"{host.address}:{host.port}"
+        try:
+            conn = await asyncssh.connect(
+                host.address,
+                host.port,
+                username=host.user,
+                known_hosts=str(self._known_hosts),
+                client_keys=self._client_keys,
+                agent_path=None,
+                password=None,
+                preferred_auth="publickey",
+                config=None,
+                connect_timeout=self._connect_timeout,
+                keepalive_interval=self._keepalive_interval,
+                keepalive_count_max=self._keepalive_count_max,
+            )
+        except asyncssh.HostKeyNotVerifiable:
+            raise HostKeyError(host.name, self._host_key_reason(host)) from None
+        except asyncssh.PermissionDenied as exc:
+            # Not transient: retrying will not make the server accept our keys.
+            raise PermanentError(
+                f"{host.name}: ssh login as {host.user} at {where} refused with the configured "
+                f"client keys: {exc.reason}"
+            ) from None
+        except TimeoutError:  # before OSError, its base class
+            raise HostUnreachableError(
+                host.name, f"connect to {where} timed out after {self._connect_timeout:g}s"
+            ) from None
+        except OSError as exc:
+            if exc.filename is None:  # a socket error: the host, not our files
+                raise HostUnreachableError(host.name, f"cannot connect to {where}: {exc}") from None
+            if Path(exc.filename) == self._known_hosts:
+                raise HostKeyError(
+                    host.name, f"cannot read known_hosts file {self._known_hosts}: no host key is pinned"
+                ) from None
+            raise PermanentError(f"{host.name}: cannot read ssh client key {exc.filename}: {exc}") from None
+        except ValueError as exc:  # asyncssh.KeyImportError and friends: an unreadable key file
+            raise PermanentError(f"{host.name}: cannot load ssh client keys: {exc}") from None
+        except asyncssh.Error as exc:
+            raise HostUnreachableError(host.name, f"cannot connect to {where}: {exc.reason}") from None
+        log.info("ssh.connected", host=host.name, address=where, user=host.user)
+        return conn
+
+    def _host_key_reason(self, host: HostTarget) -> str:
+        """Tell "never pinned" from "changed": the second may be an attack."""
+        where = f"{host.address}:{host.port}"
+        try:
+            pinned = asyncssh.read_known_hosts(str(self._known_hosts))
+        except (OSError, ValueError) as exc:
+            return f"cannot read known_hosts file {self._known_hosts}: {exc}"
+        host_keys, ca_keys, *_ = pinned.match(host.address, host.address, host.port)
+        if host_keys or ca_keys:
+            return (
+                f"the host key of {where} has changed: it does not match the key pinned in "
+                f"{self._known_hosts} (possible man-in-the-middle; re-pin only if the host was reinstalled)"
+            )
+        return f"the host key of {where} is not pinned in {self._known_hosts} (no trust on first use)"
+
+
+def _pool_key(host: HostTarget) -> _PoolKey:
+    return (host.address, host.port, host.user)
+
+
+def _text(data: object) -> str:
+    # With an encoding set asyncssh returns str; None means nothing was captured.
+    return data if isinstance(data, str) else ""
