@@ -10,15 +10,15 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 
 from reconciler.errors import InputError, LanesError
-from reconciler.source.gitread import open_repo, read_commit
-from reconciler.spec.load import DesiredState, PolicySet, load_desired, load_policies
+from reconciler.source.loadcommit import LoadedCommit, load_commit
+
+__all__ = ["LoadedCommit", "load_commit"]
 
 EXIT_OK = 0
 EXIT_DENY = 1
@@ -28,21 +28,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 err_console = Console(stderr=True)
-
-
-@dataclass(frozen=True)
-class LoadedCommit:
-    commit: str
-    desired: DesiredState
-    policies: PolicySet
-
-
-def load_commit(repo_path: str, rev: str, state_dir: str = "state", policies_dir: str = "policies") -> LoadedCommit:
-    repo = open_repo(repo_path)
-    read = read_commit(repo, rev, (state_dir, policies_dir))
-    desired = load_desired(read.files, read.commit, state_dir=state_dir)
-    policies = load_policies(read.files, policies_dir=policies_dir)
-    return LoadedCommit(read.commit, desired, policies)
 
 
 def fail(message: str, code: int = EXIT_INPUT, *, as_json: bool = False, **extra: Any) -> NoReturn:

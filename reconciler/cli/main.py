@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from reconciler.cli import check as check_cmd
+from reconciler.cli import demo as demo_cmd
+from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import schema as schema_cmd
 
 app = typer.Typer(
@@ -15,6 +17,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("check")(check_cmd.check)
+app.command("plan")(reconcile_cmd.plan_cmd)
+app.command("apply")(reconcile_cmd.apply_cmd)
+app.command("status")(reconcile_cmd.status_cmd)
+app.command("retry")(reconcile_cmd.retry_cmd)
+app.command("demo")(demo_cmd.demo)
 app.command("schema")(schema_cmd.schema)
 model_app = typer.Typer(help="Model files: fill architecture facts from a checkpoint.", no_args_is_help=True)
 model_app.command("facts")(schema_cmd.model_facts)

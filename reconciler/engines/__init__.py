@@ -1,1 +1,27 @@
-"""engines."""
+"""engines: render a lane rank into a container spec and a `docker run` argv, one module per engine.
+
+Pure: no I/O, no shell strings. Every lane field stays one argv item.
+"""
+
+from reconciler.engines.base import (
+    HF_CACHE_TARGET,
+    LABEL_COMMIT,
+    LABEL_ENGINE,
+    LABEL_LANE,
+    LABEL_MANAGED,
+    LABEL_PORT,
+    LABEL_RANK,
+    LABEL_SPEC,
+    ContainerSpec,
+    RankContext,
+    compute_spec_hash,
+    container_name,
+    docker_run_argv,
+)
+from reconciler.engines.registry import RENDERERS, render_lane, render_rank, start_groups
+
+__all__ = [
+    "HF_CACHE_TARGET", "LABEL_COMMIT", "LABEL_ENGINE", "LABEL_LANE", "LABEL_MANAGED", "LABEL_PORT",
+    "LABEL_RANK", "LABEL_SPEC", "RENDERERS", "ContainerSpec", "RankContext", "compute_spec_hash",
+    "container_name", "docker_run_argv", "render_lane", "render_rank", "start_groups",
+]

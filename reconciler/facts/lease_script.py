@@ -15,7 +15,7 @@ from __future__ import annotations
 
 LEASE_CONFLICT_EXIT = 3
 
-LEASE_SCRIPT = r'''
+LEASE_SCRIPT = r"""
 import fcntl, json, os, sys, time
 
 
@@ -83,4 +83,4 @@ def main(argv):
 
 
 main(sys.argv[2:])
-'''
+"""

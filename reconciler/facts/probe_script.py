@@ -16,7 +16,7 @@ from __future__ import annotations
 
 PROBE_VERSION = 1
 
-PROBE_SCRIPT = r'''
+PROBE_SCRIPT = r"""
 import json, os, socket, stat, subprocess, sys, time
 
 MANAGED = "lanes.managed=true"
@@ -229,4 +229,4 @@ def main():
 
 
 main()
-'''
+"""

@@ -1,1 +1,5 @@
-"""observe."""
+"""observe: run the probe on every host and parse what it says."""
+
+from reconciler.observe.probe import lease_file, observe, probe_host
+
+__all__ = ["lease_file", "observe", "probe_host"]

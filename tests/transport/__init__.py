@@ -1,0 +1,1 @@
+"""Tests for reconciler.transport: SSH against an in-process server, and local."""

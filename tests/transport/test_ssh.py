@@ -119,7 +119,7 @@ async def test_stopped_server_is_unreachable(
 ) -> None:
     await ssh.run(target, ["echo", "up"])
     await ssh_server.stop()
-    with pytest.raises(HostUnreachableError) as caught:
+    with pytest.raises(HostUnreachableError, match="cannot connect") as caught:
         await ssh.run(target, ["echo", "down"])
     assert caught.value.host == "dgx1"
 

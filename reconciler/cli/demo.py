@@ -1,0 +1,163 @@
+"""`lanes demo`: the example fleet converged onto simulated Sparks, end to end.
+
+Everything but the GPUs is real: an SSH server per host on its own loopback
+address, host keys pinned in a known_hosts file, the reconciler's own
+commands, a docker-compatible runtime, and one engine stand-in process per
+running container that loads, serves and streams tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import pygit2
+import typer
+from rich.console import Console
+
+from reconciler.cli.common import EXIT_DENY, EXIT_OK, handle_errors
+from reconciler.cli.reconcile import print_plan, print_status, progress_printer, status_rows
+from reconciler.execute.cycle import CycleResult, CycleSettings, HostOverride, Reconciler
+from reconciler.execute.secrets import SecretStore
+from reconciler.sim import SimFleet, SimRegistry
+from reconciler.source.gitread import open_repo
+from reconciler.source.loadcommit import LoadedCommit, load_commit
+from reconciler.store.journal import Store
+from reconciler.transport.ssh import SSHTransport
+
+DEMO_SECRET = "hf_demo_value_for_simulated_sparks"  # noqa: S105 - a stand-in for the demo's fake hosts
+STANDIN_ENV = {"STANDIN_LOAD_S": "2", "STANDIN_PP_TPS": "4000", "STANDIN_TG_TPS": "60"}
+
+
+@dataclass
+class DemoEnv:
+    workdir: Path
+    clone: Path
+    fleet: SimFleet
+    reconciler: Reconciler
+    store: Store
+    transport: SSHTransport
+
+
+def clone_repo(source: str, dest: Path) -> Path:
+    repo = open_repo(source)
+    workdir = repo.workdir or repo.path
+    pygit2.clone_repository(str(workdir), str(dest))
+    return dest
+
+
+def registry_for(loaded: LoadedCommit) -> SimRegistry:
+    registry = SimRegistry()
+    for lane in loaded.desired.lanes.values():
+        if registry.resolve(lane.image) is None:
+            registry.add(lane.image, env=STANDIN_ENV)
+    return registry
+
+
+def add_models(fleet: SimFleet, loaded: LoadedCommit) -> None:
+    desired = loaded.desired
+    for lane in desired.lanes.values():
+        model = desired.models[lane.model]
+        for host in lane.hosts:
+            if host in desired.hosts:
+                fleet.runtime(host).add_model_path(model.path, model.weight_bytes)
+
+
+async def start_demo(repo: str, workdir: Path, *, poll_interval_s: float = 0.5) -> DemoEnv:
+    clone = clone_repo(repo, workdir / "state-repo")
+    loaded = load_commit(clone)
+    fleet = SimFleet(sorted(loaded.desired.hosts), registry=registry_for(loaded), work_dir=workdir / "sim")
+    await fleet.__aenter__()
+    add_models(fleet, loaded)
+    secrets = workdir / "secrets"
+    secrets.mkdir(mode=0o700)
+    for lane in loaded.desired.lanes.values():
+        for secret in lane.secrets:
+            (secrets / secret.name).write_text(DEMO_SECRET)
+    overrides = {name: HostOverride(address=t.address, port=t.port, user=t.user) for name, t in fleet.targets.items()}
+    transport = SSHTransport(fleet.known_hosts_path, [fleet.client_key_path])
+    store = Store(workdir / "lanes.db")
+    settings = CycleSettings(owner="lanes-demo", overrides=overrides, watch_interval_s=1.0)
+    reconciler = Reconciler(transport, store, SecretStore(secrets), settings)
+    return DemoEnv(workdir, clone, fleet, reconciler, store, transport)
+
+
+async def stop_demo(env: DemoEnv) -> None:
+    await env.transport.close()
+    await env.fleet.close()
+    env.store.close()
+
+
+def converged(rows: list[dict[str, Any]]) -> bool:
+    return all(r["health"] == ("healthy" if r["desired"] == "running" else "stopped") for r in rows)
+
+
+@handle_errors
+def demo(
+    repo: Annotated[str, typer.Option("--repo", help="state repository to clone")] = ".",
+    once: Annotated[bool, typer.Option("--once", help="exit when converged (0) or failed (1)")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    resync_s: Annotated[float, typer.Option(help="seconds between resyncs in continuous mode")] = 10.0,
+    keep: Annotated[bool, typer.Option(help="keep the temporary folder")] = False,
+) -> None:
+    """Start simulated Sparks for the example fleet and converge state/ onto them."""
+    console = Console(stderr=True)
+    workdir = Path(tempfile.mkdtemp(prefix="lanes-demo-"))
+    code = EXIT_OK
+
+    async def go() -> int:
+        t0 = time.monotonic()
+        env = await start_demo(repo, workdir)
+        try:
+            loaded = load_commit(env.clone)
+            if not as_json:
+                console.print(f"simulated Sparks: {', '.join(f'{n}={t.address}:{t.port}' for n, t in env.fleet.targets.items())}")
+            first = await env.reconciler.run_cycle(loaded, progress=None if as_json else progress_printer(console))
+            second = await env.reconciler.run_cycle(loaded, apply=False)
+            rows = status_rows(env.store, loaded.desired)
+            if once:
+                report(first, second, rows, time.monotonic() - t0, as_json, console)
+                return EXIT_OK if converged(rows) and first.ok else EXIT_DENY
+            print_status(rows, console)
+            console.print(f"watching {env.clone} (commit there to change lanes; Ctrl-C to stop)")
+            while True:
+                await asyncio.sleep(resync_s)
+                loaded = load_commit(env.clone)
+                result = await env.reconciler.run_cycle(loaded, progress=progress_printer(console))
+                if not result.plan.empty:
+                    print_status(status_rows(env.store, loaded.desired), console)
+        finally:
+            await stop_demo(env)
+
+    try:
+        code = asyncio.run(go())
+    except KeyboardInterrupt:
+        code = EXIT_OK
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    raise typer.Exit(code)
+
+
+def report(first: CycleResult, second: CycleResult, rows: list[dict[str, Any]], elapsed: float, as_json: bool,
+           console: Console) -> None:
+    if as_json:
+        print(json.dumps({
+            "commit": first.commit,
+            "converged": converged(rows),
+            "seconds": round(elapsed, 2),
+            "second_plan_empty": second.plan.empty,
+            "lanes": rows,
+        }, indent=2, default=str))
+        return
+    print_status(rows, Console())
+    if not second.plan.empty:
+        print_plan(second, console)
+    console.print(f"converged in {elapsed:.1f} s; a second cycle has "
+                  f"{'nothing to do' if second.plan.empty else 'changes'}")

@@ -1,0 +1,307 @@
+"""What every engine renderer shares: the rank context, the container spec, its hash, the `docker run` argv.
+
+A lane rank becomes one container. The planner decides drift by comparing a
+hash of what would run with the `lanes.spec` label of what runs, so the hash
+covers exactly what `docker run` receives (image, argv, env, mounts, flags)
+and nothing else: the state commit rides along in a label but stays out of
+the hash, so a commit that does not change what runs restarts nothing.
+
+Every lane field stays one argv item from here to the host: nothing is ever
+pasted into a shell string, and the remote side quotes the list with
+`shlex.join`. Secrets appear only as environment variable names; their values
+reach the host in a 0600 env file that `docker run --env-file` reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from reconciler.errors import InputError
+from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec, Mount
+
+LABEL_MANAGED = "lanes.managed"
+LABEL_LANE = "lanes.lane"
+LABEL_RANK = "lanes.rank"
+LABEL_SPEC = "lanes.spec"
+LABEL_COMMIT = "lanes.commit"
+LABEL_PORT = "lanes.port"
+LABEL_ENGINE = "lanes.engine"
+UNHASHED_LABELS = frozenset({LABEL_SPEC, LABEL_COMMIT})
+"""Labels that describe a container's provenance, not what it runs."""
+
+HF_CACHE_TARGET = "/root/.cache/huggingface"
+"""Where every engine image looks for the Hugging Face cache (HF_HOME points here too)."""
+
+BIND_ALL = "0.0.0.0"
+SPEC_SCHEMA = 1
+"""Bumped when the hashed shape changes, so old and new hashes never collide by accident."""
+
+HASH_CHARS = 16
+
+
+def container_name(lane: str, rank: int) -> str:
+    return f"lanes-{lane}-r{rank}"
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """Everything a renderer may look at for one rank of one lane."""
+
+    lane: Lane
+    model: ModelSpec
+    fleet: FleetDefaults
+    rank: int
+    host: Host
+    """This rank's host, `lane.hosts[rank]`."""
+    head_address: str
+    """Address of `lane.hosts[0]`: rendezvous point of every multi-node launcher."""
+    commit: str
+    """State commit sha: goes into a label, never into the spec hash."""
+    dist_port: int = 29500
+    """Rendezvous port for torch.distributed (vLLM --master-port) and SGLang --dist-init-addr."""
+    ray_port: int = 6379
+    peer_addresses: tuple[str, ...] = ()
+    """Addresses of all ranks in rank order (filled by `render_lane`); engines that list peers need it."""
+
+    @property
+    def ranks(self) -> int:
+        return self.lane.ranks
+
+    @property
+    def multi_node(self) -> bool:
+        return self.lane.ranks > 1
+
+    @property
+    def is_head(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def address(self) -> str:
+        return self.host.address
+
+    @property
+    def interface(self) -> str:
+        return self.host.interface(self.fleet)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerSpec:
+    """One rank's container, as data: what `docker run` gets, plus the hash of it."""
+
+    name: str
+    image: str
+    command: tuple[str, ...]
+    """argv after the image."""
+    entrypoint: str | None
+    env: tuple[tuple[str, str], ...]
+    """Sorted; never a secret value."""
+    secret_env: tuple[str, ...]
+    """Names of the variables the env file provides (values never here)."""
+    env_file: str | None
+    """Path on the host of the 0600 env file, when the lane has secrets."""
+    labels: tuple[tuple[str, str], ...]
+    """Sorted."""
+    mounts: tuple[Mount, ...]
+    network: str = "host"
+    ipc: str = "host"
+    gpus: str = "all"
+    shm_size: str | None = None
+    spec_hash: str
+    serves_http: bool
+    """True for the rank that serves the OpenAI API (the head)."""
+
+    def label(self, key: str) -> str | None:
+        return dict(self.labels).get(key)
+
+    @property
+    def env_map(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+def compute_spec_hash(spec: ContainerSpec) -> str:
+    """sha256 over the canonical JSON of what runs.
+
+    Left out: the `lanes.spec` and `lanes.commit` labels (provenance), the
+    hash itself, and `serves_http` (a consequence of the rank, which the
+    name and labels already carry).
+    """
+    body = {
+        "schema": SPEC_SCHEMA,
+        "name": spec.name,
+        "image": spec.image,
+        "command": list(spec.command),
+        "entrypoint": spec.entrypoint,
+        "env": [list(kv) for kv in spec.env],
+        "secret_env": list(spec.secret_env),
+        "env_file": spec.env_file,
+        "labels": [list(kv) for kv in spec.labels if kv[0] not in UNHASHED_LABELS],
+        "mounts": [[m.source, m.target, m.read_only] for m in spec.mounts],
+        "network": spec.network,
+        "ipc": spec.ipc,
+        "gpus": spec.gpus,
+        "shm_size": spec.shm_size,
+    }
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:HASH_CHARS]
+
+
+def rank_env(ctx: RankContext, engine_env: Mapping[str, str]) -> dict[str, str]:
+    """HF cache and the network interface as Spark users set them, then the engine's, then the lane's.
+
+    The lane's own `env` wins: it is how a team sets what the renderer cannot
+    know (NCCL_IB_HCA, NCCL_DEBUG, an engine switch).
+    """
+    env = {"HF_HOME": HF_CACHE_TARGET}
+    if ctx.multi_node:
+        # ConnectX-7 between Sparks: NCCL runs over RoCE (IB verbs), so IB stays enabled,
+        # and the socket bootstrap of NCCL and GLOO must use the cabled interface.
+        iface = ctx.interface
+        env.update({"NCCL_SOCKET_IFNAME": iface, "GLOO_SOCKET_IFNAME": iface, "NCCL_IB_DISABLE": "0"})
+    env.update(engine_env)
+    env.update(ctx.lane.env)
+    return env
+
+
+def rank_mounts(ctx: RankContext) -> tuple[Mount, ...]:
+    """HF cache read-write, the checkpoint read-only at its own path, then the lane's mounts."""
+    mounts = (
+        Mount(source=ctx.fleet.hf_cache, target=HF_CACHE_TARGET),
+        Mount(source=ctx.model.path, target=ctx.model.path, read_only=True),
+        *ctx.lane.mounts,
+    )
+    seen: set[str] = set()
+    for index, mount in enumerate(mounts):
+        where = _mount_field(index)
+        for part in (mount.source, mount.target):
+            if ":" in part:
+                # `docker run -v` splits on ':'; such a path cannot be expressed without misparsing.
+                raise InputError(f"lane '{ctx.lane.name}': mount path {part!r} contains ':'", field=where)
+        if mount.target in seen:
+            raise InputError(
+                f"lane '{ctx.lane.name}': two mounts target {mount.target!r} (the HF cache and the model "
+                "path are mounted already)",
+                field=where,
+            )
+        seen.add(mount.target)
+    return mounts
+
+
+def _mount_field(index: int) -> str:
+    if index == 0:
+        return "hf_cache"
+    if index == 1:
+        return "model.path"
+    return f"mounts[{index - 2}]"
+
+
+def seal(
+    ctx: RankContext,
+    *,
+    image: str,
+    entrypoint: str | None,
+    command: Sequence[str],
+    engine_env: Mapping[str, str],
+) -> ContainerSpec:
+    """Assemble a rank's spec from what the engine decided: env, labels, mounts, env file, hash."""
+    lane = ctx.lane
+    name = container_name(lane.name, ctx.rank)
+    env = rank_env(ctx, engine_env)
+    secret_env = tuple(sorted({secret.env for secret in lane.secrets}))
+    for var in secret_env:
+        if var in env:
+            raise InputError(
+                f"lane '{lane.name}': {var} is both a secret and a plain environment variable; "
+                "a secret must come only from the env file",
+                field="secrets",
+            )
+    env_file = f"{ctx.fleet.state_dir_on_host}/env/{name}.env" if secret_env else None
+    if image.startswith("-"):
+        raise InputError(
+            f"lane '{lane.name}': image {image!r} would be read as a docker option", field="image"
+        )
+    labels = {
+        LABEL_MANAGED: "true",
+        LABEL_LANE: lane.name,
+        LABEL_RANK: str(ctx.rank),
+        LABEL_PORT: str(lane.port),
+        LABEL_ENGINE: lane.engine,
+    }
+    draft = ContainerSpec(
+        name=name,
+        image=image,
+        command=tuple(command),
+        entrypoint=entrypoint,
+        env=tuple(sorted(env.items())),
+        secret_env=secret_env,
+        env_file=env_file,
+        labels=tuple(sorted(labels.items())),
+        mounts=rank_mounts(ctx),
+        spec_hash="",
+        serves_http=ctx.is_head,
+    )
+    _refuse_nul(lane.name, _strings_of(draft))
+    digest = compute_spec_hash(draft)
+    labels[LABEL_SPEC] = digest
+    labels[LABEL_COMMIT] = ctx.commit
+    _refuse_nul(lane.name, [ctx.commit])
+    return ContainerSpec(
+        name=draft.name,
+        image=draft.image,
+        command=draft.command,
+        entrypoint=draft.entrypoint,
+        env=draft.env,
+        secret_env=draft.secret_env,
+        env_file=draft.env_file,
+        labels=tuple(sorted(labels.items())),
+        mounts=draft.mounts,
+        network=draft.network,
+        ipc=draft.ipc,
+        gpus=draft.gpus,
+        shm_size=draft.shm_size,
+        spec_hash=digest,
+        serves_http=draft.serves_http,
+    )
+
+
+def _strings_of(spec: ContainerSpec) -> list[str]:
+    out = [spec.name, spec.image, *spec.command, *spec.secret_env, spec.entrypoint or "", spec.env_file or ""]
+    for key, value in (*spec.env, *spec.labels):
+        out.extend((key, value))
+    for mount in spec.mounts:
+        out.extend((mount.source, mount.target))
+    return out
+
+
+def _refuse_nul(lane: str, values: Iterable[str]) -> None:
+    for value in values:
+        if "\x00" in value:
+            raise InputError(f"lane '{lane}': {value!r} contains a NUL byte, which no command line can carry")
+
+
+def docker_run_argv(spec: ContainerSpec) -> list[str]:
+    """The `docker run` argv for a spec: exactly the flag subset the simulated runtime implements."""
+    argv = ["docker", "run", "-d", "--name", spec.name, "--restart", "no", "--gpus", spec.gpus,
+            "--network", spec.network, "--ipc", spec.ipc]
+    if spec.shm_size is not None:
+        argv += ["--shm-size", spec.shm_size]
+    for key, value in spec.labels:
+        argv += ["--label", f"{key}={value}"]
+    for key, value in spec.env:
+        argv += ["-e", f"{key}={value}"]
+    if spec.env_file is not None:
+        argv += ["--env-file", spec.env_file]
+    for mount in spec.mounts:
+        argv += ["-v", f"{mount.source}:{mount.target}" + (":ro" if mount.read_only else "")]
+    if spec.entrypoint is not None:
+        argv += ["--entrypoint", spec.entrypoint]
+    argv.append(spec.image)
+    argv.extend(spec.command)
+    return argv
+
+
+def all_at_once(lane: Lane) -> list[tuple[int, ...]]:
+    """Launchers whose ranks rendezvous among themselves start every rank together."""
+    return [tuple(range(lane.ranks))]

@@ -1,0 +1,25 @@
+"""Generic: any OpenAI-compatible server image; the lane's `args` are the whole command.
+
+For engines lanes does not know (llama.cpp, TensorRT-LLM, a team's own
+build) the lane spells the command itself, passed after the image to its
+own entrypoint. What lanes still provides: the container flags, the HF
+cache and model mounts, the network interface environment, and for
+multi-rank lanes the torchrun-style topology variables (NNODES, NODE_RANK,
+MASTER_ADDR, MASTER_PORT) that most launchers read.
+"""
+
+from __future__ import annotations
+
+from reconciler.engines.base import ContainerSpec, RankContext, seal
+
+
+def render(ctx: RankContext) -> ContainerSpec:
+    env: dict[str, str] = {}
+    if ctx.multi_node:
+        env = {
+            "NNODES": str(ctx.ranks),
+            "NODE_RANK": str(ctx.rank),
+            "MASTER_ADDR": ctx.head_address,
+            "MASTER_PORT": str(ctx.dist_port),
+        }
+    return seal(ctx, image=ctx.lane.image, entrypoint=None, command=ctx.lane.args, engine_env=env)

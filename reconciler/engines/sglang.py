@@ -1,0 +1,78 @@
+"""SGLang: every rank runs the same `sglang.launch_server`, joined by --nnodes/--node-rank/--dist-init-addr.
+
+SGLang does its own rendezvous (no Ray): rank 0 listens on the
+dist-init address, the others connect to it, and only rank 0 serves HTTP.
+Flags are spelled as SGLang's `server_args.py` defines them (`--tp-size`,
+`--pp-size`, `--ep-size`, `--dcp-size`, `--mem-fraction-static`,
+`--context-length`, `--max-running-requests`), which is also how Spark
+launchers such as sparkrun render them. Ranks find their own address
+through SGLANG_HOST_IP (read by SGLang's `get_ip()`).
+
+The lane's `args` come last, so a lane can override any flag rendered here
+(argparse keeps the last value).
+"""
+
+from __future__ import annotations
+
+from reconciler.engines.base import BIND_ALL, ContainerSpec, RankContext, seal
+from reconciler.errors import InputError
+
+# The lane vocabulary is vLLM-flavoured; SGLang spells a few dtypes its own way
+# and has no fp16 cache nor vLLM's fixed-slot MLA layouts.
+_KV_DTYPES = {
+    "bf16": "bf16",
+    "bfloat16": "bfloat16",
+    "fp8": "fp8_e4m3",
+    "fp8_e4m3": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2",
+    "nvfp4": "nvfp4",
+}
+
+
+def kv_cache_dtype(ctx: RankContext) -> str | None:
+    wanted = ctx.lane.kv_cache_dtype
+    if wanted == "auto":
+        return None
+    if wanted not in _KV_DTYPES:
+        raise InputError(
+            f"lane '{ctx.lane.name}': SGLang has no KV cache dtype '{wanted}' "
+            f"(it takes {', '.join(sorted(set(_KV_DTYPES)))} or auto)",
+            field="kv_cache_dtype",
+        )
+    return _KV_DTYPES[wanted]
+
+
+def render(ctx: RankContext) -> ContainerSpec:
+    lane = ctx.lane
+    argv = [
+        "-m", "sglang.launch_server",
+        "--model-path", ctx.model.path,
+        "--served-model-name", lane.served_name,
+        "--host", BIND_ALL,
+        "--port", str(lane.port),
+        "--tp-size", str(lane.tp),
+    ]
+    if lane.pp > 1:
+        argv += ["--pp-size", str(lane.pp)]
+    if lane.ep > 1:
+        argv += ["--ep-size", str(lane.ep)]
+    if lane.dcp > 1:
+        argv += ["--dcp-size", str(lane.dcp)]
+    argv += [
+        "--mem-fraction-static", str(lane.gpu_memory_utilization),
+        "--context-length", str(lane.max_model_len),
+        "--max-running-requests", str(lane.max_num_seqs),
+    ]
+    dtype = kv_cache_dtype(ctx)
+    if dtype is not None:
+        argv += ["--kv-cache-dtype", dtype]
+    engine_env: dict[str, str] = {}
+    if ctx.multi_node:
+        argv += [
+            "--nnodes", str(ctx.ranks),
+            "--node-rank", str(ctx.rank),
+            "--dist-init-addr", f"{ctx.head_address}:{ctx.dist_port}",
+        ]
+        engine_env["SGLANG_HOST_IP"] = ctx.address
+    argv += lane.args
+    return seal(ctx, image=lane.image, entrypoint="python3", command=argv, engine_env=engine_env)

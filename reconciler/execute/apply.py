@@ -1,0 +1,348 @@
+"""Apply a plan: each lane is a transaction with a health gate and a rollback.
+
+lease -> pull (digest verified) -> env files -> stop old ranks -> (drop
+caches) -> start ranks in the engine's order -> readiness gate -> record.
+Everything that can fail without touching running ranks (leases, pulls,
+secrets) happens before the old ranks stop, so such a failure leaves the old
+lane serving. After that, a failure keeps each rank's last log lines, stops
+the new ranks and restores the last healthy specs. Lanes are independent:
+they run concurrently and one failing never blocks another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from reconciler.engines import ContainerSpec
+from reconciler.errors import LanesError
+from reconciler.execute.hostops import HostOps, gather_hosts
+from reconciler.execute.readiness import GateResult, wait_ready
+from reconciler.execute.secrets import SecretStore, env_file_text
+from reconciler.execute.specjson import spec_from_json, spec_to_json
+from reconciler.plan.steps import (
+    AcquireLeases,
+    DropCaches,
+    LanePlan,
+    Plan,
+    PullImages,
+    StartRanks,
+    Step,
+    StopContainers,
+    WaitReady,
+    WriteEnvFiles,
+)
+from reconciler.spec.lane import Health
+from reconciler.spec.load import DesiredState
+from reconciler.store.journal import Store
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    lane: str
+    step: str
+    status: str  # started | done | failed | info
+    detail: str = ""
+
+
+ProgressFn = Callable[[ProgressEvent], None]
+
+
+@dataclass
+class LaneResult:
+    lane: str
+    action: str
+    result: str  # applied | stopped | rolled-back | failed | denied | blocked | noop
+    error: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    owner: str = "lanes"
+    lease_ttl_s: int = 900
+    log_tail: int = 50
+    watch_interval_s: float = 5.0
+
+
+class _StepFailed(Exception):
+    def __init__(self, step: str, message: str, *, touched: bool) -> None:
+        super().__init__(message)
+        self.step = step
+        self.touched = touched  # whether old ranks were already stopped
+
+
+class Executor:
+    def __init__(self, ops: HostOps, store: Store, secrets: SecretStore, config: ExecutorConfig,
+                 progress: ProgressFn | None = None) -> None:
+        self.ops = ops
+        self.store = store
+        self.secrets = secrets
+        self.config = config
+        self.progress = progress or (lambda _e: None)
+        self._host_locks: dict[str, asyncio.Lock] = {}
+
+    async def apply(self, plan: Plan, desired: DesiredState, lease_file: str) -> list[LaneResult]:
+        # Stops go first (a deploy may need the hosts they free), then the rest concurrently.
+        stops = [lp for lp in plan.lanes if lp.action == "stop"]
+        rest = [lp for lp in plan.lanes if lp.action != "stop"]
+        results = [await self._one(lp, desired, lease_file) for lp in stops]
+        results += await asyncio.gather(*(self._one(lp, desired, lease_file) for lp in rest))
+        return results
+
+    async def _one(self, lp: LanePlan, desired: DesiredState, lease_file: str) -> LaneResult:
+        lane = desired.lanes.get(lp.lane)
+        if lp.action in {"noop", "denied", "blocked", "fail"}:
+            return self._record_inactive(lp, desired)
+        hosts = sorted({h for step in lp.steps if isinstance(step, AcquireLeases) for h in step.hosts})
+        locks = [self._host_locks.setdefault(h, asyncio.Lock()) for h in hosts]
+        for lock in locks:  # sorted order: no deadlock between lanes sharing hosts
+            await lock.acquire()
+        try:
+            if lp.action == "stop":
+                return await self._stop_lane(lp, lease_file)
+            assert lane is not None
+            return await self._deploy(lp, lane.health, lease_file)
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+
+    def _record_inactive(self, lp: LanePlan, desired: DesiredState) -> LaneResult:
+        lane = desired.lanes.get(lp.lane)
+        if lane is None and lp.action == "noop":
+            return LaneResult(lp.lane, lp.action, "noop")
+        rec = self.store.lane(lp.lane)
+        fields: dict[str, object] = {"desired": lane.desired if lane else "stopped", "desired_commit": lp.commit,
+                                     "hosts": lp.hosts}
+        if lp.action == "noop":
+            health = "healthy" if lane is not None and lane.running else "stopped"
+            fields.update(health=health, fingerprint=lp.fingerprint)
+            if health == "healthy":
+                if rec is None or rec.health != "healthy" or not rec.healthy_specs:
+                    fields["healthy_specs"] = [spec_to_json(h, s) for h, s in lp.specs]
+                    fields["healthy_commit"] = lp.commit
+                if rec is None or not rec.applied_commit or rec.fingerprint != lp.fingerprint:
+                    fields["applied_commit"] = lp.commit
+                fields["last_error"] = None
+        elif lp.action == "denied":
+            fields.update(health="denied", last_error=lp.reason)
+        elif lp.action == "fail":
+            fields.update(health="failed", last_error=lp.reason)
+        else:  # blocked: keep the health it had, say why
+            fields.update(last_error=lp.reason)
+            if rec is None:
+                fields["health"] = "degraded" if "unreachable" in lp.reason else "progressing"
+            elif "unreachable" in lp.reason and rec.health == "healthy":
+                fields["health"] = "degraded"
+        self.store.update_lane(lp.lane, **fields)
+        return LaneResult(lp.lane, lp.action, lp.action if lp.action != "fail" else "failed", lp.reason)
+
+    async def _run_step(self, run: str, lp: LanePlan, seq: int, step: Step, coro_fn: Callable[[], object]) -> None:
+        step_id = self.store.step_started(run, lp.lane, lp.commit, seq, step.kind, {"describe": step.describe()})
+        self.progress(ProgressEvent(lp.lane, step.kind, "started", step.describe()))
+        try:
+            await coro_fn()  # type: ignore[misc]
+        except BaseException as exc:
+            self.store.step_finished(step_id, error=str(exc) or type(exc).__name__)
+            self.progress(ProgressEvent(lp.lane, step.kind, "failed", str(exc)))
+            raise
+        self.store.step_finished(step_id)
+        self.progress(ProgressEvent(lp.lane, step.kind, "done", step.describe()))
+
+    async def _stop_lane(self, lp: LanePlan, lease_file: str) -> LaneResult:
+        run = self.store.new_run()
+        started = time.time()
+        leased: list[str] = []
+        try:
+            for seq, step in enumerate(lp.steps):
+                if isinstance(step, AcquireLeases):
+                    await self._run_step(run, lp, seq, step, lambda s=step: self._lease(s.hosts, lease_file, leased))
+                elif isinstance(step, StopContainers):
+                    await self._run_step(run, lp, seq, step, lambda s=step: self._stop(s))
+        except (LanesError, _StepFailed) as exc:
+            self.store.update_lane(lp.lane, last_error=str(exc), desired_commit=lp.commit)
+            self.store.record_apply(run, lp.lane, lp.commit, None, "failed", str(exc), started, {})
+            return LaneResult(lp.lane, "stop", "failed", str(exc))
+        finally:
+            await self._release(leased, lease_file)
+        self.store.update_lane(lp.lane, health="stopped", desired="stopped", desired_commit=lp.commit,
+                               applied_commit=lp.commit, last_error=None, fingerprint=None)
+        self.store.record_apply(run, lp.lane, lp.commit, None, "stopped", None, started, {})
+        return LaneResult(lp.lane, "stop", "stopped")
+
+    async def _lease(self, hosts: tuple[str, ...], lease_file: str, leased: list[str]) -> None:
+        for host in hosts:
+            await self.ops.acquire_lease(host, lease_file, self.config.owner, self.config.lease_ttl_s)
+            leased.append(host)
+
+    async def _release(self, hosts: list[str], lease_file: str) -> None:
+        await asyncio.gather(*(self.ops.release_lease(h, lease_file, self.config.owner) for h in hosts))
+
+    async def _stop(self, step: StopContainers) -> None:
+        errors = await gather_hosts([self.ops.stop_remove(c.host, c.name) for c in step.containers])
+        if errors:
+            raise _StepFailed("stop", "; ".join(map(str, errors)), touched=True)
+
+    async def _deploy(self, lp: LanePlan, health: Health, lease_file: str) -> LaneResult:
+        run = self.store.new_run()
+        started = time.time()
+        t0 = time.monotonic()
+        leased: list[str] = []
+        started_ranks: list[tuple[str, ContainerSpec]] = []
+        timings: dict[str, float] = {}
+        touched = False
+        self.store.update_lane(lp.lane, health="progressing", desired="running", desired_commit=lp.commit,
+                               hosts=lp.hosts)
+        try:
+            for seq, step in enumerate(lp.steps):
+                if isinstance(step, AcquireLeases):
+                    await self._run_step(run, lp, seq, step, lambda s=step: self._lease(s.hosts, lease_file, leased))
+                elif isinstance(step, PullImages):
+                    await self._run_step(run, lp, seq, step, lambda s=step: self._pull(s))
+                elif isinstance(step, WriteEnvFiles):
+                    await self._run_step(run, lp, seq, step, lambda s=step: self._env_files(s))
+                elif isinstance(step, StopContainers):
+                    touched = True
+                    await self._run_step(run, lp, seq, step, lambda s=step: self._stop(s))
+                elif isinstance(step, DropCaches):
+                    await self._run_step(run, lp, seq, step, lambda s=step: self._drop(s))
+                elif isinstance(step, StartRanks):
+                    touched = True
+                    await self._run_step(run, lp, seq, step, lambda s=step: self._start(s, started_ranks, timings, t0))
+                elif isinstance(step, WaitReady):
+                    await self._run_step(run, lp, seq, step,
+                                         lambda s=step: self._gate(s, health, started_ranks, timings, t0))
+        except (LanesError, _StepFailed, OSError) as exc:
+            message = str(exc)
+            if not touched:
+                # Nothing stopped yet: the old ranks still serve; the lane keeps its health.
+                rec = self.store.lane(lp.lane)
+                self.store.update_lane(lp.lane, last_error=message,
+                                       health=rec.health if rec and rec.health in {"healthy", "degraded"} else "failed")
+                self.store.record_apply(run, lp.lane, lp.commit, lp.fingerprint, "failed", message, started, timings)
+                await self._release(leased, lease_file)
+                return LaneResult(lp.lane, "deploy", "failed", message, timings)
+            result = await self._rollback(run, lp, started_ranks, message, health, started, timings)
+            await self._release(leased, lease_file)
+            return result
+        await self._release(leased, lease_file)
+        timings["total"] = round(time.monotonic() - t0, 3)
+        self.store.update_lane(
+            lp.lane, health="healthy", applied_commit=lp.commit, fingerprint=lp.fingerprint, last_error=None,
+            failed_fingerprint=None, healthy_specs=[spec_to_json(h, s) for h, s in lp.specs],
+            healthy_commit=lp.commit, timings=timings,
+        )
+        self.store.record_apply(run, lp.lane, lp.commit, lp.fingerprint, "applied", None, started, timings)
+        return LaneResult(lp.lane, "deploy", "applied", None, timings)
+
+    async def _pull(self, step: PullImages) -> None:
+        errors = await gather_hosts([self.ops.pull(h, image) for h, image in step.pulls])
+        if errors:
+            raise _StepFailed("pull", "; ".join(map(str, errors)), touched=False)
+
+    async def _env_files(self, step: WriteEnvFiles) -> None:
+        for host, path, pairs in step.files:
+            text = env_file_text([(env, self.secrets.get(name)) for env, name in pairs])
+            await self.ops.write_env_file(host, path, text)
+
+    async def _drop(self, step: DropCaches) -> None:
+        await gather_hosts([self.ops.drop_caches(h) for h in step.hosts])
+
+    async def _start(self, step: StartRanks, started_ranks: list[tuple[str, ContainerSpec]],
+                     timings: dict[str, float], t0: float) -> None:
+        stamps: list[float] = []
+
+        async def one(host: str, spec: ContainerSpec) -> None:
+            await self.ops.start(host, spec)
+            stamps.append(time.monotonic())
+            started_ranks.append((host, spec))
+
+        errors = await gather_hosts([one(h, s) for h, s in step.ranks])
+        if stamps:
+            skew = max(stamps) - min(stamps)
+            timings["start_skew"] = round(max(timings.get("start_skew", 0.0), skew), 3)
+        if errors:
+            raise _StepFailed("start", "; ".join(map(str, errors)), touched=True)
+
+    async def _gate(self, step: WaitReady, health: Health, ranks: list[tuple[str, ContainerSpec]],
+                    timings: dict[str, float], t0: float) -> None:
+        died = asyncio.Event()
+        dead: list[str] = []
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(self.config.watch_interval_s)
+                states = await asyncio.gather(*(self.ops.state(h, s.name) for h, s in ranks),
+                                              return_exceptions=True)
+                for (host, spec), state in zip(ranks, states, strict=True):
+                    if isinstance(state, str) and state not in {"running", "created"}:
+                        dead.append(f"{spec.name}@{host} is {state}")
+                if dead:
+                    died.set()
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            gate: GateResult = await wait_ready(step.address, step.port, step.served_model, health,
+                                                started=t0, died=died)
+        finally:
+            watcher.cancel()
+            try:
+                await watcher
+            except (asyncio.CancelledError, LanesError):
+                pass
+        timings.update({f"to_{k}" if k != "startup_ttft" else k: v for k, v in gate.timings.items()})
+        if not gate.ok:
+            why = f"{gate.error}" + (f" ({'; '.join(dead)})" if dead else "")
+            raise _StepFailed("wait-ready", f"readiness gate failed at stage '{gate.stage}': {why}", touched=True)
+
+    async def _rollback(self, run: str, lp: LanePlan, started_ranks: list[tuple[str, ContainerSpec]], message: str,
+                        health: Health, started: float, timings: dict[str, float]) -> LaneResult:
+        self.progress(ProgressEvent(lp.lane, "rollback", "started", message))
+        step_id = self.store.step_started(run, lp.lane, lp.commit, 1000, "rollback", {"error": message})
+        logs: dict[str, str] = {}
+        for host, spec in lp.specs:
+            logs[f"{spec.name}@{host}"] = await self.ops.logs(host, spec.name, self.config.log_tail)
+        await gather_hosts([self.ops.stop_remove(h, s.name) for h, s in lp.specs])
+        rec = self.store.lane(lp.lane)
+        previous = [spec_from_json(d) for d in (rec.healthy_specs if rec else [])]
+        restored_ok = False
+        restore_error = ""
+        if previous and (rec is None or rec.fingerprint != lp.fingerprint or rec.healthy_commit != lp.commit):
+            try:
+                errors = await gather_hosts([self.ops.start(h, s) for h, s in previous])
+                if errors:
+                    raise _StepFailed("restore", "; ".join(map(str, errors)), touched=True)
+                head_host, head = previous[0]
+                address = self.ops.targets[head_host].address
+                port = int(dict(head.labels).get("lanes.port", "8000"))
+                gate = await wait_ready(address, port, _served_name(head), health)
+                restored_ok = gate.ok
+                restore_error = gate.error or ""
+            except (LanesError, _StepFailed, OSError) as exc:
+                restore_error = str(exc)
+        self.store.step_finished(step_id, error=None if restored_ok else (restore_error or "no previous spec"))
+        if restored_ok:
+            health_now, result = "degraded", "rolled-back"
+            error = f"{message}; rolled back to {rec.healthy_commit[:12] if rec and rec.healthy_commit else 'previous'}"
+        else:
+            health_now, result = "failed", "failed"
+            error = message + (f"; restoring the previous spec failed: {restore_error}" if previous else "")
+        self.store.update_lane(lp.lane, health=health_now, last_error=error, failed_fingerprint=lp.fingerprint,
+                               fingerprint=rec.fingerprint if (rec and restored_ok) else None)
+        self.store.record_apply(run, lp.lane, lp.commit, lp.fingerprint, result, error, started, timings, logs)
+        self.progress(ProgressEvent(lp.lane, "rollback", "done" if restored_ok else "failed", error))
+        return LaneResult(lp.lane, "deploy", result, error, timings, logs)
+
+
+def _served_name(spec: ContainerSpec) -> str:
+    labels: Mapping[str, str] = dict(spec.labels)
+    if "lanes.served-model" in labels:
+        return labels["lanes.served-model"]
+    command = list(spec.command)
+    if "--served-model-name" in command:
+        return command[command.index("--served-model-name") + 1]
+    return labels.get("lanes.lane", "")

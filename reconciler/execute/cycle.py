@@ -1,0 +1,103 @@
+"""One reconcile cycle: commit -> policy verdict -> probe -> plan -> apply.
+
+The CLI (`lanes plan/apply/demo`) and the daemon both run exactly this, so
+what a person sees with `lanes plan` is what the daemon would do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from reconciler.execute.apply import Executor, ExecutorConfig, LaneResult, ProgressFn
+from reconciler.execute.hostops import HostOps
+from reconciler.execute.secrets import SecretStore
+from reconciler.facts.observed import ObservedFleet
+from reconciler.observe.probe import lease_file, observe
+from reconciler.plan import Plan, PlanOptions, plan
+from reconciler.policy import Verdict, evaluate
+from reconciler.source.loadcommit import LoadedCommit
+from reconciler.spec.load import DesiredState
+from reconciler.store.journal import Store
+from reconciler.transport.base import HostTarget, Transport
+
+
+@dataclass(frozen=True)
+class HostOverride:
+    """Where to reach a host instead of its state address (simulated Sparks, tunnels)."""
+
+    address: str
+    port: int
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class CycleSettings:
+    owner: str = "lanes"
+    probe_timeout_s: float = 30.0
+    command_timeout_s: float = 60.0
+    pull_timeout_s: float = 1800.0
+    concurrency: int = 128
+    drop_caches: bool = False
+    overrides: Mapping[str, HostOverride] = field(default_factory=dict)
+    watch_interval_s: float = 5.0
+
+
+@dataclass
+class CycleResult:
+    commit: str
+    verdict: Verdict
+    observed: ObservedFleet
+    plan: Plan
+    results: list[LaneResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.result in {"applied", "stopped", "noop"} for r in self.results)
+
+
+def targets_for(desired: DesiredState, overrides: Mapping[str, HostOverride]) -> dict[str, HostTarget]:
+    out = {}
+    for name, host in desired.hosts.items():
+        o = overrides.get(name)
+        out[name] = HostTarget(
+            name=name,
+            address=o.address if o else host.address,
+            port=o.port if o else host.ssh_port(desired.fleet),
+            user=(o.user if o and o.user else host.ssh_user(desired.fleet)),
+        )
+    return out
+
+
+class Reconciler:
+    def __init__(self, transport: Transport, store: Store, secrets: SecretStore, settings: CycleSettings) -> None:
+        self.transport = transport
+        self.store = store
+        self.secrets = secrets
+        self.settings = settings
+
+    async def observe_and_plan(self, loaded: LoadedCommit, only_lanes: frozenset[str] | None = None
+                               ) -> tuple[Verdict, ObservedFleet, Plan, dict[str, HostTarget]]:
+        desired = loaded.desired
+        verdict = evaluate(desired, loaded.policies)
+        targets = targets_for(desired, self.settings.overrides)
+        observed = await observe(desired, self.transport, targets, timeout=self.settings.probe_timeout_s,
+                                 concurrency=self.settings.concurrency)
+        options = PlanOptions(owner=self.settings.owner, drop_caches=self.settings.drop_caches,
+                              failed=self.store.failed_fingerprints(), only_lanes=only_lanes)
+        return verdict, observed, plan(desired, observed, verdict, options), targets
+
+    async def run_cycle(self, loaded: LoadedCommit, *, apply: bool = True, only_lanes: frozenset[str] | None = None,
+                        progress: ProgressFn | None = None) -> CycleResult:
+        verdict, observed, the_plan, targets = await self.observe_and_plan(loaded, only_lanes)
+        result = CycleResult(loaded.commit, verdict, observed, the_plan)
+        if not apply:
+            return result
+        ops = HostOps(self.transport, targets, timeout=self.settings.command_timeout_s,
+                      pull_timeout=self.settings.pull_timeout_s)
+        executor = Executor(ops, self.store, self.secrets,
+                            ExecutorConfig(owner=self.settings.owner, lease_ttl_s=loaded.desired.fleet.lease_ttl_s,
+                                           watch_interval_s=self.settings.watch_interval_s),
+                            progress)
+        result.results = await executor.apply(the_plan, loaded.desired, lease_file(loaded.desired))
+        return result

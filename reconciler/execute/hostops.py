@@ -1,0 +1,101 @@
+"""Host operations of a lane transaction, each one argv over the transport.
+
+Kept apart from the transaction logic so every remote command lanes runs is
+visible in one place and built from argv lists only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+
+from reconciler.engines import ContainerSpec, docker_run_argv
+from reconciler.errors import LanesError, PermanentError
+from reconciler.facts.commands import dropcaches_argv, envfile_argv, lease_argv
+from reconciler.facts.parse import parse_lease_output
+from reconciler.transport.base import HostTarget, Transport
+
+
+class HostOps:
+    def __init__(self, transport: Transport, targets: Mapping[str, HostTarget], *, timeout: float = 60.0,
+                 pull_timeout: float = 1800.0, stop_timeout_s: int = 30) -> None:
+        self.transport = transport
+        self.targets = targets
+        self.timeout = timeout
+        self.pull_timeout = pull_timeout
+        self.stop_timeout_s = stop_timeout_s
+
+    async def run(self, host: str, argv: list[str], *, input: str | None = None, timeout: float | None = None,
+                  check: bool = True) -> str:
+        result = await self.transport.run(self.targets[host], argv, input=input, timeout=timeout or self.timeout,
+                                          check=check)
+        return result.stdout
+
+    async def acquire_lease(self, host: str, lease_file: str, owner: str, ttl_s: int) -> None:
+        argv = lease_argv("acquire", lease_file, owner, ttl_s)
+        result = await self.transport.run(self.targets[host], argv, timeout=self.timeout, check=False)
+        outcome = parse_lease_output(result.stdout) if result.stdout.strip() else None
+        if result.exit_status != 0 or outcome is None or not outcome.ok:
+            holder = outcome.lease.owner if outcome and outcome.lease else "unknown"
+            raise PermanentError(f"{host}: lease held by {holder} ({result.stderr.strip() or 'busy'})")
+
+    async def release_lease(self, host: str, lease_file: str, owner: str) -> None:
+        try:
+            await self.transport.run(self.targets[host], lease_argv("release", lease_file, owner, 0),
+                                     timeout=self.timeout, check=False)
+        except LanesError:
+            pass  # an expiring lease frees the host anyway
+
+    async def pull(self, host: str, image: str) -> None:
+        await self.run(host, ["docker", "pull", image], timeout=self.pull_timeout)
+        if "@sha256:" in image:
+            digest = image.rsplit("@", 1)[1]
+            out = await self.run(host, ["docker", "image", "inspect", image])
+            try:
+                info = json.loads(out)
+                repo_digests = [d for item in info for d in (item.get("RepoDigests") or [])]
+            except (ValueError, AttributeError, TypeError):
+                raise PermanentError(f"{host}: cannot read the digest of {image} after pulling it") from None
+            if not any(d.endswith(digest) for d in repo_digests):
+                raise PermanentError(f"{host}: pulled {image} but its digests are {repo_digests}")
+
+    async def write_env_file(self, host: str, path: str, content: str) -> None:
+        await self.run(host, envfile_argv(path), input=content)
+
+    async def stop_remove(self, host: str, name: str) -> None:
+        await self.run(host, ["docker", "stop", "-t", str(self.stop_timeout_s), name],
+                       timeout=self.stop_timeout_s + self.timeout, check=False)
+        await self.run(host, ["docker", "rm", "-f", name], check=False)
+
+    async def start(self, host: str, spec: ContainerSpec) -> None:
+        await self.run(host, docker_run_argv(spec))
+
+    async def drop_caches(self, host: str) -> None:
+        await self.run(host, dropcaches_argv(), check=False)
+
+    async def state(self, host: str, name: str) -> str:
+        out = await self.run(host, ["docker", "inspect", name], check=False)
+        try:
+            info = json.loads(out)
+            return str(info[0]["State"]["Status"])
+        except (ValueError, LookupError, TypeError):
+            return "missing"
+
+    async def logs(self, host: str, name: str, tail: int) -> str:
+        try:
+            result = await self.transport.run(self.targets[host], ["docker", "logs", "--tail", str(tail), name],
+                                              timeout=self.timeout, check=False)
+        except LanesError as exc:
+            return f"(logs unavailable: {exc})"
+        return (result.stdout + result.stderr)[-8000:]
+
+
+async def gather_hosts(coros: list[asyncio.Future[None]] | list[object]) -> list[BaseException]:
+    """Run per-host operations in parallel; return their errors instead of raising the first."""
+    results = await asyncio.gather(*coros, return_exceptions=True)  # type: ignore[arg-type]
+    errors = [r for r in results if isinstance(r, BaseException)]
+    for err in errors:
+        if isinstance(err, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+            raise err
+    return errors

@@ -1,0 +1,100 @@
+"""`evaluate(desired, policies) -> Verdict`: every enabled rule over one commit.
+
+The one entry point of the policy layer. It checks the policy files first
+(an unusable rules.yaml is an InputError before any lane is looked at),
+computes the per-rank budget of every lane, running or stopped, so a person
+sees whether a stopped lane would fit, then runs the enabled rules in a
+fixed order and returns the findings sorted, so the same commit always
+gives the same verdict. Pure: no I/O, no clock, no globals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from reconciler.policy.budget import BudgetParams, LaneBudget, lane_budget
+from reconciler.policy.config import RULE_PARAMS, RuleSettings, Settings, parse_rules
+from reconciler.policy.context import Context
+from reconciler.policy.hardware import capacities
+from reconciler.policy.rules.known_issues import check_known_issues
+from reconciler.policy.rules.memory import check_boot_utilization, check_memory_budget
+from reconciler.policy.rules.pins import check_image_digest, check_model_revision
+from reconciler.policy.rules.secrets import check_secrets
+from reconciler.policy.rules.sharing import check_host_sharing, check_name_clash, check_port_clash
+from reconciler.policy.rules.topology import check_topology
+from reconciler.policy.verdict import RankBudget, Verdict, Violation
+from reconciler.spec.load import DesiredState, PolicySet
+
+Rule = Callable[[Context, RuleSettings], None]
+
+RULES: dict[str, Rule] = {
+    "topology": check_topology,
+    "boot-utilization": check_boot_utilization,
+    "host-sharing": check_host_sharing,
+    "image-digest": check_image_digest,
+    "model-revision": check_model_revision,
+    "port-clash": check_port_clash,
+    "name-clash": check_name_clash,
+    "known-issues": check_known_issues,
+    "secrets-by-name": check_secrets,
+}
+"""Rules other than memory-budget (which also needs the budgets), in the order they run."""
+
+assert set(RULES) | {"memory-budget"} == set(RULE_PARAMS)
+
+RULE_ORDER = {name: index for index, name in enumerate(["memory-budget", *RULES, "policy-config"])}
+
+
+def _plans(ctx: Context, settings: Settings) -> dict[str, LaneBudget]:
+    rule = settings.configured.get("memory-budget")
+    if rule is None:
+        return {}
+    params = BudgetParams.from_rule(rule)
+    plans = {}
+    for lane in ctx.desired.lanes.values():
+        model = ctx.desired.models.get(lane.model)
+        if model is None:
+            continue
+        plans[lane.name] = lane_budget(lane, model, ctx.capacity, params)
+    return plans
+
+
+def _sort_key(v: Violation) -> tuple[str, int, str, int, str]:
+    return (v.lane or "", RULE_ORDER.get(v.rule, len(RULE_ORDER)), v.host or "", -1 if v.rank is None else v.rank,
+            v.message)
+
+
+def evaluate(desired: DesiredState, policies: PolicySet) -> Verdict:
+    """Check one commit's desired state against the policy set."""
+    settings = parse_rules(policies.rules)
+    ctx = Context.build(desired, settings, capacities(policies.hardware), policies.known_issues)
+    plans = _plans(ctx, settings)
+    for name in settings.missing:
+        ctx.violations.append(
+            Violation(
+                rule="policy-config",
+                severity="warn",
+                lane=None,
+                host=None,
+                rank=None,
+                message=(
+                    f"rule '{name}' is not configured in policies/rules.yaml, so it did not run; add it "
+                    "(with enabled: false to turn it off on purpose)"
+                ),
+                detail={"missing_rule": name},
+            )
+        )
+    memory = settings.get("memory-budget")
+    if memory is not None:
+        check_memory_budget(ctx, memory, plans)
+    for name, rule in RULES.items():
+        configured = settings.get(name)
+        if configured is not None:
+            rule(ctx, configured)
+    budgets: list[RankBudget] = [rank for plan in plans.values() for rank in plan.ranks]
+    budgets.sort(key=lambda b: (b.lane, b.rank))
+    return Verdict(
+        commit=desired.commit,
+        violations=tuple(sorted(ctx.violations, key=_sort_key)),
+        budgets=tuple(budgets),
+    )

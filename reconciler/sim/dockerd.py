@@ -1,0 +1,354 @@
+"""The docker subcommands a simulated Spark answers, with docker's outputs, errors and exit codes.
+
+Covers what the reconciler sends and what a person debugging a lane types:
+pull, run, ps, inspect, stop, rm, logs, image inspect (plus the
+`docker container ...` / `docker image ...` spellings). Error messages and
+exit statuses copy docker's, because the executor reports them verbatim
+and tests assert on them: an unknown digest is exit 1 "manifest unknown",
+a name in use is exit 125 "Conflict", a missing container exit 1 "No such
+container".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from reconciler.sim import dockercli as cli
+from reconciler.sim.containers import SimContainer
+from reconciler.sim.dockercli import CliError
+from reconciler.sim.registry import ImageRef, SimImage, SimRegistry
+
+Result = tuple[int, str, str]
+
+
+class SimDockerDaemon:
+    """Containers and local images of one host, driven by docker argv lists."""
+
+    def __init__(
+        self,
+        address: str,
+        registry: SimRegistry,
+        work_dir: Path,
+        read_envfile: Callable[[str], str | None],
+    ) -> None:
+        self.address = address
+        self.read_envfile = read_envfile  # env files live with the host's other files
+        self.registry = registry
+        self.work_dir = work_dir
+        self.containers: dict[str, SimContainer] = {}  # by name
+        self.images: dict[str, SimImage] = {}  # by repo@digest
+        self.tags: dict[tuple[str, str], str] = {}  # (repo, tag) -> digest
+        self.spawned: list[SimContainer] = []  # every container ever started, for leak checks
+        self._commands: dict[str, Callable[[list[str]], Awaitable[Result]]] = {
+            "pull": self.pull,
+            "image pull": self.pull,
+            "image inspect": self._image_inspect,
+            "run": self.run,
+            "ps": self.ps,
+            "inspect": self.inspect,
+            "stop": self.stop,
+            "rm": self.rm,
+            "logs": self.logs,
+        }
+
+    async def docker(self, args: list[str]) -> Result:
+        if not args:
+            return 1, "", "Usage:  docker [OPTIONS] COMMAND\n"
+        sub, rest = args[0], args[1:]
+        if sub == "image" and rest[:1] in (["inspect"], ["pull"]):
+            sub, rest = "image " + rest[0], rest[1:]
+        elif sub == "container" and rest:
+            sub, rest = ("ps" if rest[0] == "ls" else rest[0]), rest[1:]
+        handler = self._commands.get(sub)
+        if handler is None:
+            return 1, "", f"docker: '{' '.join(args[:2])}' is not a docker command.\nSee 'docker --help'\n"
+        try:
+            return await handler(rest)
+        except CliError as exc:
+            return exc.status, "", exc.message.rstrip("\n") + "\n"
+
+    # -- images ------------------------------------------------------------
+
+    def local_image(self, ref: str) -> SimImage | None:
+        try:
+            parsed = ImageRef.parse(ref)
+        except ValueError:
+            return None
+        digest = parsed.digest or self.tags.get((parsed.repo, parsed.tag or "latest"))
+        return self.images.get(f"{parsed.repo}@{digest}") if digest else None
+
+    async def _fetch(self, ref: str) -> SimImage:
+        try:
+            parsed = ImageRef.parse(ref)
+        except ValueError as exc:
+            raise CliError(f'invalid reference format: repository name "{ref}" must be lowercase', 1) from exc
+        await asyncio.sleep(self.registry.pull_delay_s)
+        image = self.registry.resolve(ref)
+        if image is None:
+            if self.registry.knows_repo(parsed.repo):
+                raise CliError(
+                    f"Error response from daemon: manifest for {ref} not found: manifest unknown", 1
+                )
+            raise cli.pull_denied(parsed.repo)
+        self.images[image.pinned] = image
+        if parsed.tag and not parsed.digest:
+            self.tags[(parsed.repo, parsed.tag)] = image.digest
+        return image
+
+    async def pull(self, args: list[str]) -> Result:
+        opts = cli.parse_options(
+            args, cli.words("--platform"), cli.words("-q --quiet"), "pull", {"-q": "--quiet"}
+        )
+        if len(opts.positionals) != 1:
+            raise CliError("\"docker pull\" requires exactly 1 argument.\nSee 'docker pull --help'.", 1)
+        ref = opts.positionals[0]
+        had = self.local_image(ref)
+        image = await self._fetch(ref)
+        if "--quiet" in opts.flags:
+            return 0, ref + "\n", ""
+        parsed = ImageRef.parse(ref)
+        status = "Image is up to date for" if had == image else "Downloaded newer image for"
+        out = f"{parsed.tag or parsed.digest}: Pulling from {parsed.repo}\nDigest: {image.digest}\n"
+        return 0, out + f"Status: {status} {ref}\n{ref}\n", ""
+
+    async def _image_inspect(self, args: list[str]) -> Result:
+        return self.image_inspect(args)
+
+    def image_inspect(self, args: list[str]) -> Result:
+        opts = cli.parse_options(
+            args, cli.words("--format -f"), frozenset(), "image inspect", {"-f": "--format"}
+        )
+        found, errors = [], []
+        for ref in opts.positionals:
+            image = self.local_image(ref)
+            if image is None:
+                errors.append(f"Error: No such image: {ref}")
+                continue
+            tags = [
+                f"{r}:{t}" for (r, t), d in sorted(self.tags.items()) if r == image.repo and d == image.digest
+            ]
+            env = [f"{k}={v}" for k, v in image.env.items()]
+            found.append(
+                {
+                    "Id": image.image_id,
+                    "RepoTags": tags,
+                    "RepoDigests": [image.pinned],
+                    "Architecture": "arm64",
+                    "Os": "linux",
+                    "Config": {"Env": env},
+                }
+            )
+        return self._listing(found, errors, opts.last("--format"))
+
+    # -- containers --------------------------------------------------------
+
+    def find(self, ref: str) -> SimContainer | None:
+        """By name, then full id, then a unique id prefix, as docker resolves them."""
+        if ref in self.containers:
+            return self.containers[ref]
+        matches = [c for c in self.containers.values() if c.id.startswith(ref)] if ref else []
+        return matches[0] if len(matches) == 1 else None
+
+    async def run(self, args: list[str]) -> Result:
+        opts = cli.parse_options(args, cli.RUN_VALUE_OPTIONS, cli.RUN_FLAGS, "run", cli.RUN_ALIASES)
+        if not opts.positionals:
+            raise CliError("\"docker run\" requires at least 1 argument.\nSee 'docker run --help'.", 125)
+        if "--detach" not in opts.flags:
+            raise CliError("sim: only detached runs (docker run -d) are supported", 125)
+        image_ref, cmd = opts.positionals[0], opts.positionals[1:]
+        name = opts.last("--name") or "sim_" + secrets.token_hex(4)
+        cli.check_name(name)
+        if name in self.containers:
+            raise cli.name_conflict(name, self.containers[name].id)
+        env_files = []
+        for path in opts.all("--env-file"):
+            written = self.read_envfile(path)
+            if written is None:
+                raise CliError(
+                    f"docker: open {path}: no such file or directory.\nSee 'docker run --help'.", 125
+                )
+            env_files += cli.parse_env_file(written)
+        stderr = ""
+        image = self.local_image(image_ref)
+        if image is None:
+            stderr = f"Unable to find image '{image_ref}' locally\n"
+            try:
+                image = await self._fetch(image_ref)
+            except CliError as exc:
+                raise CliError(stderr + "docker: " + exc.message + "\nSee 'docker run --help'.", 125) from exc
+        cid = secrets.token_hex(32)
+        container = SimContainer(
+            id=cid,
+            name=name,
+            image_ref=image_ref,
+            image=image,
+            labels=cli.parse_labels(opts.all("--label")),
+            env=[f"{k}={v}" for k, v in image.env.items()] + cli.parse_env(opts.all("--env")) + env_files,
+            cmd=cmd,
+            entrypoint=[e] if (e := opts.last("--entrypoint")) else [],
+            host_config=self._host_config(opts),
+            log_path=self.work_dir / f"{cid[:12]}-{name}.log",
+            auto_remove="--rm" in opts.flags,
+        )
+        self.containers[name] = container
+        container.start(self.address, self.work_dir)
+        self.spawned.append(container)
+        return 0, cid + "\n", stderr
+
+    @staticmethod
+    def _host_config(opts: cli.Options) -> dict[str, Any]:
+        gpus = opts.last("--gpus")
+        return {
+            "NetworkMode": opts.last("--network", "bridge"),
+            "IpcMode": opts.last("--ipc", "private"),
+            "ShmSize": opts.last("--shm-size", "64m"),
+            "Binds": opts.all("--volume"),
+            "RestartPolicy": {"Name": opts.last("--restart", "no")},
+            "Privileged": "--privileged" in opts.flags,
+            "Ulimits": opts.all("--ulimit"),
+            "DeviceRequests": [{"Count": -1, "Capabilities": [["gpu"]]}] if gpus else None,
+            "AutoRemove": "--rm" in opts.flags,
+        }
+
+    def reap_auto_removed(self) -> None:
+        for name, c in list(self.containers.items()):
+            if c.auto_remove and not c.running:
+                del self.containers[name]
+
+    async def ps(self, args: list[str]) -> Result:
+        aliases = {"-a": "--all", "-q": "--quiet", "-f": "--filter", "-s": "--size"}
+        values, flags = (
+            cli.words("--filter -f --format"),
+            cli.words("-a --all -q --quiet --no-trunc -s --size"),
+        )
+        opts = cli.parse_options(args, values, flags, "ps", aliases)
+        if opts.positionals:
+            raise CliError("\"docker ps\" accepts no arguments.\nSee 'docker ps --help'.", 1)
+        self.reap_auto_removed()
+        rows = []
+        for c in sorted(self.containers.values(), key=lambda c: c.created, reverse=True):
+            if not c.running and "--all" not in opts.flags:
+                continue
+            fields = {"labels": c.labels, "name": c.name, "id": c.id, "status": c.status}
+            if cli.matches_filters(opts.all("--filter"), fields):
+                rows.append(c)
+        full = "--no-trunc" in opts.flags
+        if "--quiet" in opts.flags:
+            lines = [c.id if full else c.id[:12] for c in rows]
+        elif (fmt := opts.last("--format")) is not None:
+            lines = [cli.render_template(fmt, c.ps_row()) for c in rows]
+        else:
+            lines = cli.ps_table([c.ps_row() for c in rows])
+        return 0, "".join(line + "\n" for line in lines), ""
+
+    async def inspect(self, args: list[str]) -> Result:
+        aliases = {"-f": "--format", "-s": "--size"}
+        opts = cli.parse_options(
+            args, cli.words("--format -f --type"), cli.words("-s --size"), "inspect", aliases
+        )
+        if not opts.positionals:
+            raise CliError(
+                "\"docker inspect\" requires at least 1 argument.\nSee 'docker inspect --help'.", 1
+            )
+        kind = opts.last("--type")
+        found, errors = [], []
+        for ref in opts.positionals:
+            container = self.find(ref) if kind in (None, "container") else None
+            if container is not None:
+                found.append(container.inspect())
+                continue
+            if kind in (None, "image") and self.local_image(ref) is not None:
+                found += json.loads(self.image_inspect([ref])[1])
+                continue
+            errors.append(f"Error: No such {'object' if kind is None else kind}: {ref}")
+        return self._listing(found, errors, opts.last("--format"))
+
+    @staticmethod
+    def _listing(found: list[dict[str, Any]], errors: list[str], fmt: str | None) -> Result:
+        if fmt is not None:
+            out = "".join(cli.render_template(fmt, obj) + "\n" for obj in found)
+        else:
+            out = json.dumps(found, indent=4) + "\n"
+        return (1 if errors else 0), out, "".join(e + "\n" for e in errors)
+
+    async def stop(self, args: list[str]) -> Result:
+        aliases = {"-t": "--time", "-s": "--signal"}
+        opts = cli.parse_options(args, cli.words("--time -t --signal -s"), frozenset(), "stop", aliases)
+        timeout = float(opts.last("--time", "10") or 10)
+        return await self._each(opts.positionals, lambda c: c.stop(timeout), "stop")
+
+    async def rm(self, args: list[str]) -> Result:
+        aliases = {"-f": "--force", "-v": "--volumes"}
+        opts = cli.parse_options(args, frozenset(), cli.words("-f --force -v --volumes"), "rm", aliases)
+        force = "--force" in opts.flags
+
+        async def remove(c: SimContainer) -> None:
+            if c.running and not force:
+                raise CliError(
+                    f'Error response from daemon: cannot remove container "/{c.name}": container is running: '
+                    "stop the container before removing or force remove",
+                    1,
+                )
+            await c.kill()
+            self.containers.pop(c.name, None)
+            c.log_path.unlink(missing_ok=True)  # docker drops a container's logs with it
+
+        # The docker CLI treats a missing container as removed under --force.
+        return await self._each(opts.positionals, remove, "rm", missing_ok=force)
+
+    async def _each(
+        self,
+        refs: list[str],
+        action: Callable[[SimContainer], Awaitable[None]],
+        command: str,
+        *,
+        missing_ok: bool = False,
+    ) -> Result:
+        if not refs:
+            raise CliError(
+                f"\"docker {command}\" requires at least 1 argument.\nSee 'docker {command} --help'.", 1
+            )
+        out, err = [], []
+        for ref in refs:
+            container = self.find(ref)
+            if container is None:
+                if not missing_ok:
+                    err.append(f"Error response from daemon: No such container: {ref}")
+                continue
+            try:
+                await action(container)
+            except CliError as exc:
+                err.append(exc.message)
+                continue
+            out.append(ref)
+        return (1 if err else 0), "".join(o + "\n" for o in out), "".join(e + "\n" for e in err)
+
+    async def logs(self, args: list[str]) -> Result:
+        aliases = {"-n": "--tail", "-f": "--follow", "-t": "--timestamps"}
+        values, flags = (
+            cli.words("--tail -n --since --until"),
+            cli.words("-f --follow -t --timestamps --details"),
+        )
+        opts = cli.parse_options(args, values, flags, "logs", aliases)
+        if "--follow" in opts.flags:
+            raise CliError("sim: docker logs --follow is not supported", 1)
+        if len(opts.positionals) != 1:
+            raise CliError("\"docker logs\" requires exactly 1 argument.\nSee 'docker logs --help'.", 1)
+        container = self.find(opts.positionals[0])
+        if container is None:
+            raise CliError(f"Error response from daemon: No such container: {opts.positionals[0]}", 1)
+        try:
+            lines = container.log_path.read_text(errors="replace").splitlines(keepends=True)
+        except FileNotFoundError:
+            lines = []
+        tail = opts.last("--tail", "all") or "all"
+        if tail != "all":
+            if not tail.lstrip("-").isdigit():
+                raise CliError(f'invalid value "{tail}" for flag --tail', 1)
+            lines = lines[-int(tail) :] if int(tail) > 0 else []
+        return 0, "".join(lines), ""

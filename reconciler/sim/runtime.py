@@ -1,0 +1,184 @@
+"""A simulated Spark's command interpreter: what runs when the reconciler execs an argv there.
+
+A host receives two kinds of commands: `docker ...` argv lists and the
+`reconciler.facts` commands (probe, lease, env file, drop caches). This is
+the single entry point for both, `execute(argv, stdin) -> (status, stdout,
+stderr)`, so the SSH server (`sshd`) and tests can drive a host the same
+way. Facts commands are recognised by their marker and answered with the
+real scripts' semantics; their argv must be exactly what `facts.commands`
+builds, so a drift between the two is caught here. Anything else is "not
+found", as on a host that lacks the program.
+
+Every container is a real stand-in process; `shutdown()` ends them all by
+pid, and `alive_pids()` lets tests prove none leaked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from reconciler.facts import commands as fc
+from reconciler.sim.containers import SimContainer
+from reconciler.sim.dockerd import Result, SimDockerDaemon
+from reconciler.sim.engineargs import scan_engine_argv
+from reconciler.sim.hostfacts import GIB, EnvFile, SimHostFacts
+from reconciler.sim.registry import SimRegistry
+
+_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
+
+
+class SimContainerRuntime:
+    """One simulated host's docker and host-side facts, driven by argv lists."""
+
+    def __init__(
+        self,
+        host_name: str,
+        address: str,
+        images: SimRegistry,
+        work_dir: Path,
+        *,
+        memory_per_container: int = 10 * GIB,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.host_name = host_name
+        self.address = address
+        self.registry = images
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.facts = SimHostFacts(memory_per_container=memory_per_container, clock=clock)
+        self.daemon = SimDockerDaemon(address, images, self.work_dir, self._read_envfile)
+        self.docker_available = True  # False: a host where `docker` is not installed
+
+    # -- what tests set up and look at --------------------------------------
+
+    def add_model_path(self, path: str, size: int) -> None:
+        self.facts.add_model_path(path, size)
+
+    @property
+    def envfiles(self) -> dict[str, EnvFile]:
+        return self.facts.envfiles
+
+    @property
+    def containers(self) -> dict[str, SimContainer]:
+        return self.daemon.containers
+
+    def alive_pids(self) -> list[int]:
+        """Pids of stand-in processes this runtime started that are still running."""
+        return [c.pid for c in self.daemon.spawned if c.running]
+
+    def serving_port(self, name: str) -> int | None:
+        """The port a head-rank container serves on (from its engine argv)."""
+        c = self.daemon.containers.get(name)
+        if c is None or c.labels.get("lanes.rank", "0") != "0":
+            return None
+        return scan_engine_argv(c.entrypoint + c.cmd).port
+
+    @staticmethod
+    def wants_stdin(argv: Sequence[str]) -> bool:
+        """Whether the command reads stdin (only the env-file writer does)."""
+        return fc.command_marker(argv) == fc.ENVFILE_MARKER
+
+    # -- the one entry point -------------------------------------------------
+
+    async def execute(self, argv: list[str], stdin: str | None = None) -> Result:
+        if not argv:
+            return 0, "", ""
+        marker = fc.command_marker(argv)
+        if marker is not None:
+            return self._fact_command(marker, argv, stdin)
+        if argv[0] == "docker" and self.docker_available:
+            return await self.daemon.docker(argv[1:])
+        return 127, "", f"sh: {argv[0]}: not found\n"
+
+    def _fact_command(self, marker: str, argv: list[str], stdin: str | None) -> Result:
+        try:
+            if marker == fc.PROBE_MARKER:
+                probe = fc.read_probe_argv(argv)
+                expected = fc.probe_argv(probe.model_paths, probe.lease_file, probe.disk_path)
+            elif marker == fc.LEASE_MARKER:
+                lease = fc.read_lease_argv(argv)
+                expected = fc.lease_argv(lease.action, lease.lease_file, lease.owner, lease.ttl_s)
+            elif marker == fc.ENVFILE_MARKER:
+                expected = fc.envfile_argv(argv[-1])
+            else:
+                expected = fc.dropcaches_argv()
+        except ValueError as exc:
+            return 2, "", f"{marker}: {exc}\n"
+        if list(argv) != expected:
+            return 2, "", f"{marker}: argv differs from what reconciler.facts.commands builds\n"
+        if marker == fc.PROBE_MARKER:
+            return 0, self._probe(probe), ""
+        if marker == fc.LEASE_MARKER:
+            status, out = self.facts.lease(lease)
+            return status, out, ""
+        if marker == fc.ENVFILE_MARKER:
+            self.facts.write_envfile(argv[-1], stdin or "")
+            return 0, "", ""
+        self.facts.drop_caches()
+        return 0, "", ""
+
+    def _probe(self, request: fc.ProbeRequest) -> str:
+        self.daemon.reap_auto_removed()
+        everything = list(self.daemon.containers.values())
+        for c in everything:
+            c.refresh()  # a stand-in that died since the last look shows as exited
+        managed = [c for c in everything if c.labels.get("lanes.managed") == "true"]
+        others = [c for c in everything if c.labels.get("lanes.managed") != "true"]
+        return self.facts.probe(
+            request,
+            hostname=self.host_name,
+            containers=[_probe_view(c) for c in managed] if self.docker_available else None,
+            unmanaged=[{"name": c.name, "image": c.image_ref, "state": c.status} for c in others]
+            if self.docker_available
+            else [],
+            listening=self.listening_ports(),
+            running=sum(1 for c in everything if c.running),
+        )
+
+    def listening_ports(self) -> list[int]:
+        """TCP ports listening on this host's address, read from the machine's /proc/net/tcp.
+
+        Each simulated host owns one loopback address, so the sockets bound to
+        it are exactly this host's: its SSH server and its running stand-ins.
+        """
+        wanted = socket.inet_aton(self.address)[::-1].hex().upper()
+        ports = set()
+        try:
+            lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        except OSError:
+            return []
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == _LISTEN:
+                addr, _, port = fields[1].partition(":")
+                if addr == wanted:
+                    ports.add(int(port, 16))
+        return sorted(ports)
+
+    def _read_envfile(self, path: str) -> str | None:
+        written = self.facts.envfiles.get(path)
+        return written.content if written else None
+
+    async def shutdown(self) -> None:
+        """End every process this host started: SIGTERM, then SIGKILL after 2 s."""
+        await asyncio.gather(*(c.stop(2.0) for c in self.daemon.spawned))
+
+
+def _probe_view(c: SimContainer) -> dict[str, Any]:
+    """What the probe script extracts from `docker inspect` for one container."""
+    data = c.inspect()
+    return {
+        "name": c.name,
+        "id": c.id,
+        "image": data["Config"]["Image"],
+        "image_id": data["Image"],
+        "state": data["State"]["Status"],
+        "exit_code": data["State"]["ExitCode"],
+        "started_at": data["State"]["StartedAt"],
+        "labels": dict(c.labels),
+    }

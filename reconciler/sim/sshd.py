@@ -1,0 +1,280 @@
+"""Simulated Sparks reachable over real SSH: one in-process asyncssh server per host.
+
+The reconciler's transport must be tested against what it meets in a
+fleet: a real SSH handshake, pinned host keys (a changed key is refused,
+not trusted), per-host failures (a host that stops answering), and commands
+that arrive as one `shlex.join`ed string. Each `SimHost` listens on its own
+loopback address (all of 127.0.0.0/8 is loopback on Linux), so every host
+can also serve its engine on port 8000 like a real Spark, and hands each
+exec request, split back into argv, to its `SimContainerRuntime`.
+
+`SimFleet` makes the keys: one host key per host, one client key, and a
+known_hosts file pinning each `[address]:port`, all under `work_dir`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import asyncssh
+
+from reconciler.sim.registry import SimRegistry
+from reconciler.sim.runtime import SimContainerRuntime
+
+log = logging.getLogger(__name__)
+
+
+class _Server(asyncssh.SSHServer):
+    """Per-connection hooks: key auth for the one user, and connection tracking."""
+
+    def __init__(self, host: SimHost) -> None:
+        self._host = host
+        self._conn: asyncssh.SSHServerConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self._conn = conn
+        self._host.connections.add(conn)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._host.connections.discard(self._conn)
+
+    def begin_auth(self, username: str) -> bool:
+        # Like sshd with one authorized_keys file: only the fleet's user has one.
+        if username == self._host.user and self._conn is not None:
+            self._conn.set_authorized_keys(self._host.authorized_keys)
+        return True
+
+
+class SimHost:
+    """One simulated Spark's SSH server."""
+
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        port: int,
+        runtime: SimContainerRuntime,
+        *,
+        user: str,
+        host_key: asyncssh.SSHKey,
+        authorized_keys: asyncssh.SSHAuthorizedKeys,
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.port = port
+        self.runtime = runtime
+        self.user = user
+        self.host_key = host_key
+        self.authorized_keys = authorized_keys
+        self.commands: list[list[str]] = []
+        self.connections: set[asyncssh.SSHServerConnection] = set()
+        self._acceptor: asyncssh.SSHAcceptor | None = None
+
+    @property
+    def serving(self) -> bool:
+        return self._acceptor is not None
+
+    async def start(self) -> None:
+        if self._acceptor is not None:
+            return
+        sock = _bound_socket(self.address, self.port)
+        try:
+            self._acceptor = await asyncssh.listen(
+                sock=sock,
+                server_factory=lambda: _Server(self),
+                server_host_keys=[self.host_key],
+                process_factory=self._handle,
+                allow_scp=False,
+            )
+        except BaseException:
+            sock.close()
+            raise
+
+    async def stop(self) -> None:
+        """Stop listening and drop every open connection: the host stops answering."""
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.close()
+            await acceptor.wait_closed()
+        for conn in list(self.connections):
+            conn.close()
+            await conn.wait_closed()
+        self.connections.clear()
+
+    async def _handle(self, process: asyncssh.SSHServerProcess[str]) -> None:
+        command = process.command
+        if command is None:
+            process.stderr.write("sim: no interactive shell on a simulated host\n")
+            process.exit(1)
+            return
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            process.stderr.write(f"sh: syntax error: {exc}\n")
+            process.exit(2)
+            return
+        self.commands.append(argv)
+        stdin = await process.stdin.read() if self.runtime.wants_stdin(argv) else None
+        try:
+            status, out, err = await self.runtime.execute(argv, stdin)
+        except Exception as exc:  # a bug in the sim must reach the test as a failed command
+            log.exception("sim host %s failed on %s", self.name, argv[:3])
+            status, out, err = 1, "", f"sim: internal error: {exc!r}\n"
+        process.stdout.write(out)
+        process.stderr.write(err)
+        process.exit(status)
+
+
+class SimFleet:
+    """Several simulated Sparks on 127.77.0.1, .2, ... sharing one SSH port and one registry."""
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        *,
+        base_address: str = "127.77.0.",
+        port: int | None = None,
+        registry: SimRegistry,
+        work_dir: Path,
+        user: str = "lanes",
+    ) -> None:
+        self.names = list(names)
+        self.registry = registry
+        self.work_dir = Path(work_dir)
+        self.user = user
+        self.addresses = {name: f"{base_address}{i + 1}" for i, name in enumerate(self.names)}
+        self.port = port or 0
+        self.known_hosts_path = self.work_dir / "known_hosts"
+        self.client_key_path = self.work_dir / "client_key"
+        self._hosts: dict[str, SimHost] = {}
+
+    async def __aenter__(self) -> SimFleet:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        client_key = asyncssh.generate_private_key("ssh-ed25519", comment="lanes-sim-client")
+        _write_private(self.client_key_path, client_key.export_private_key())
+        public = client_key.export_public_key().decode()
+        (self.work_dir / "client_key.pub").write_text(public)
+        authorized = asyncssh.import_authorized_keys(public)
+        if not self.port:
+            self.port = _free_port(list(self.addresses.values()))
+        try:
+            for name, address in self.addresses.items():
+                runtime = SimContainerRuntime(name, address, self.registry, self.work_dir / name)
+                host = SimHost(
+                    name,
+                    address,
+                    self.port,
+                    runtime,
+                    user=self.user,
+                    host_key=asyncssh.generate_private_key("ssh-ed25519", comment=f"sim-{name}"),
+                    authorized_keys=authorized,
+                )
+                self._hosts[name] = host
+                await host.start()
+        except BaseException:
+            await self.close()
+            raise
+        self._write_known_hosts()
+
+    def _write_known_hosts(self) -> None:
+        lines = []
+        for host in self._hosts.values():
+            where = host.address if self.port == 22 else f"[{host.address}]:{self.port}"
+            key = host.host_key.export_public_key().decode().split()[:2]
+            lines.append(f"{where} {' '.join(key)}\n")
+        self.known_hosts_path.write_text("".join(lines))
+
+    @property
+    def targets(self) -> dict[str, tuple[str, int, str]]:
+        """name -> (address, port, user), what a fleet file would say for each host."""
+        return {name: (address, self.port, self.user) for name, address in self.addresses.items()}
+
+    def connect_options(self, name: str) -> dict[str, Any]:
+        """Keyword arguments for `asyncssh.connect` to reach host `name`."""
+        address, port, user = self.targets[name]
+        return {
+            "host": address,
+            "port": port,
+            "username": user,
+            "client_keys": [str(self.client_key_path)],
+            "known_hosts": str(self.known_hosts_path),
+        }
+
+    def host(self, name: str) -> SimHost:
+        return self._hosts[name]
+
+    def runtime(self, name: str) -> SimContainerRuntime:
+        return self._hosts[name].runtime
+
+    def commands_seen(self, name: str) -> list[list[str]]:
+        return list(self._hosts[name].commands)
+
+    async def stop_host(self, name: str) -> None:
+        await self._hosts[name].stop()
+
+    async def start_host(self, name: str) -> None:
+        await self._hosts[name].start()
+
+    async def replace_host_key(self, name: str) -> None:
+        """Restart `name` with a new host key; known_hosts keeps the old one (a client must refuse)."""
+        host = self._hosts[name]
+        await host.stop()
+        host.host_key = asyncssh.generate_private_key("ssh-ed25519", comment=f"sim-{name}-replaced")
+        await host.start()
+
+    async def close(self) -> None:
+        """Stop every SSH server, then every container process of every host."""
+        for host in self._hosts.values():
+            await host.stop()
+        for host in self._hosts.values():
+            await host.runtime.shutdown()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _bound_socket(address: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # A restarted host rebinds its port while old connections sit in TIME_WAIT.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _free_port(addresses: Sequence[str]) -> int:
+    """A port that is free on every address, so all hosts share one SSH port."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((addresses[0], 0))
+            port: int = probe.getsockname()[1]
+        try:
+            for address in addresses:
+                with socket.socket() as s:
+                    s.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no port free on all of {', '.join(addresses)}")

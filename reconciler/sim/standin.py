@@ -1,0 +1,100 @@
+"""The engine stand-in's entry point: `python -m reconciler.sim.standin [--bind ADDR] [--worker] ENGINE ARGV`.
+
+Spawned as one real process per simulated container (and used as the
+entrypoint inside real podman containers in the rig), in place of vLLM or
+SGLang. Head ranks serve HTTP (see `standin_http`); `--worker` ranks of
+multi-node lanes only stay alive, as Ray or `--headless` workers do. SIGTERM
+exits 0 promptly; the lifecycle lines printed here are what `docker logs`
+shows. Stdlib only, so a container "starts" in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+from reconciler.sim.engineargs import Behaviour, scan_engine_argv
+from reconciler.sim.standin_http import Engine, StandinServer
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    print(f"{stamp} standin[{os.getpid()}]: {message}", flush=True)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # SystemExit unwinds serve_forever / sleep in the main thread: exit 0 promptly.
+    raise SystemExit(0)
+
+
+def _crash_later(after_s: float) -> None:
+    def crash() -> None:
+        log(f"crashing after {after_s:g} s (STANDIN_CRASH_AFTER_S)")
+        os._exit(1)
+
+    timer = threading.Timer(after_s, crash)
+    timer.daemon = True
+    timer.start()
+
+
+def _announce_loaded(engine: Engine) -> None:
+    def wait() -> None:
+        time.sleep(max(engine.loaded_at - time.monotonic(), 0))
+        log(f"model {engine.name} loaded; ready")
+
+    if not engine.behaviour.never_healthy:
+        threading.Thread(target=wait, daemon=True).start()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    rest = list(sys.argv[1:] if argv is None else argv)
+    bind: str | None = None
+    worker = False
+    while rest:
+        if rest[0] == "--bind" and len(rest) > 1:
+            bind, rest = rest[1], rest[2:]
+        elif rest[0].startswith("--bind="):
+            bind, rest = rest[0].split("=", 1)[1], rest[1:]
+        elif rest[0] == "--worker":
+            worker, rest = True, rest[1:]
+        else:
+            if rest[0] == "--":
+                rest = rest[1:]
+            break
+    started = time.monotonic()
+    behaviour = Behaviour.from_env(dict(os.environ))
+    args = scan_engine_argv(rest)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if behaviour.crash_after_s is not None:
+        _crash_later(behaviour.crash_after_s)
+    try:
+        if worker:
+            log(f"worker rank of {args.served_name} started; no HTTP")
+            while True:
+                time.sleep(3600)
+        time.sleep(behaviour.port_delay_s)
+        host = bind or args.host
+        try:
+            server = StandinServer((host, args.port), Engine(args, behaviour, started))
+        except OSError as exc:
+            log(f"cannot listen on {host}:{args.port}: {exc}")
+            return 1
+        log(f"serving {args.served_name} on {host}:{args.port}; loading for {behaviour.load_s:g} s")
+        _announce_loaded(server.engine)
+        try:
+            server.serve_forever(poll_interval=0.2)
+        finally:
+            server.server_close()
+    except SystemExit:
+        log("SIGTERM: stopping")
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The control node's memory: a sqlite journal of steps, lane records, applies.
+
+Every step is written before it runs, so a daemon killed mid-apply can see on
+restart which lane transaction was in flight and roll it back or finish it.
+Lane records keep the last healthy rank specs, which is what a rollback
+restores, and the fingerprint that failed, which is not retried.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from reconciler.errors import TransientError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LaneRecord:
+    name: str
+    desired: str
+    health: str
+    desired_commit: str | None
+    applied_commit: str | None
+    hosts: tuple[str, ...]
+    fingerprint: str | None
+    last_error: str | None
+    failed_fingerprint: str | None
+    healthy_specs: list[dict[str, Any]]
+    healthy_commit: str | None
+    updated: float
+    timings: dict[str, float]
+
+
+class Store:
+    """sqlite-utils over one file; one writer (the daemon or one CLI apply)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=10, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        self.db = sqlite_utils.Database(conn)
+        self._migrate()
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def _migrate(self) -> None:
+        db = self.db
+        if "journal" not in db.table_names():
+            db["journal"].create(
+                {"id": int, "run": str, "lane": str, "commit": str, "seq": int, "kind": str, "detail": str,
+                 "state": str, "started": float, "finished": float, "error": str},
+                pk="id",
+            )
+            db["journal"].create_index(["lane", "state"])
+        if "lanes" not in db.table_names():
+            db["lanes"].create(
+                {"name": str, "desired": str, "health": str, "desired_commit": str, "applied_commit": str,
+                 "hosts": str, "fingerprint": str, "last_error": str, "failed_fingerprint": str,
+                 "healthy_specs": str, "healthy_commit": str, "updated": float, "timings": str},
+                pk="name",
+            )
+        if "applies" not in db.table_names():
+            db["applies"].create(
+                {"id": int, "run": str, "lane": str, "commit": str, "fingerprint": str, "result": str,
+                 "error": str, "started": float, "finished": float, "timings": str, "logs": str},
+                pk="id",
+            )
+            db["applies"].create_index(["lane", "commit"])
+
+    def _write(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            raise TransientError(f"cannot write the journal {self.path}: {exc}") from exc
+
+    # -- journal ---------------------------------------------------------------
+
+    def new_run(self) -> str:
+        return uuid.uuid4().hex[:12]
+
+    def step_started(self, run: str, lane: str, commit: str, seq: int, kind: str, detail: dict[str, Any]) -> int:
+        def write() -> int:
+            row = self.db["journal"].insert(
+                {"run": run, "lane": lane, "commit": commit, "seq": seq, "kind": kind,
+                 "detail": json.dumps(detail, default=str), "state": "started", "started": time.time()},
+            )
+            return int(row.last_pk)
+
+        return int(self._write(write))
+
+    def step_finished(self, step_id: int, *, error: str | None = None) -> None:
+        state = "failed" if error else "done"
+        self._write(lambda: self.db["journal"].update(
+            step_id, {"state": state, "finished": time.time(), "error": error}))
+
+    def in_flight(self) -> list[dict[str, Any]]:
+        """Steps started and never finished: a transaction a killed process left behind."""
+        return list(self.db["journal"].rows_where("state = 'started'", order_by="id"))
+
+    def close_in_flight(self, lane: str, note: str) -> None:
+        self._write(lambda: self.db.execute(
+            "update journal set state = 'abandoned', finished = ?, error = ? where lane = ? and state = 'started'",
+            [time.time(), note, lane]))
+
+    def journal(self, lane: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        where, args = ("lane = ?", [lane]) if lane else (None, [])
+        return list(self.db["journal"].rows_where(where, args, order_by="id desc", limit=limit))
+
+    # -- lanes -----------------------------------------------------------------
+
+    def lane(self, name: str) -> LaneRecord | None:
+        try:
+            row = self.db["lanes"].get(name)
+        except sqlite_utils.db.NotFoundError:
+            return None
+        return LaneRecord(
+            name=row["name"], desired=row["desired"] or "running", health=row["health"] or "progressing",
+            desired_commit=row["desired_commit"], applied_commit=row["applied_commit"],
+            hosts=tuple(json.loads(row["hosts"] or "[]")), fingerprint=row["fingerprint"],
+            last_error=row["last_error"], failed_fingerprint=row["failed_fingerprint"],
+            healthy_specs=json.loads(row["healthy_specs"] or "[]"), healthy_commit=row["healthy_commit"],
+            updated=row["updated"] or 0.0, timings=json.loads(row["timings"] or "{}"),
+        )
+
+    def lanes(self) -> list[LaneRecord]:
+        names = [r["name"] for r in self.db["lanes"].rows_where(order_by="name", select="name")]
+        return [rec for rec in (self.lane(n) for n in names) if rec is not None]
+
+    def update_lane(self, name: str, **fields: Any) -> None:
+        row: dict[str, Any] = {"name": name, "updated": time.time()}
+        for key, value in fields.items():
+            if key in {"hosts", "healthy_specs", "timings"}:
+                value = json.dumps(list(value) if key == "hosts" else value, default=str)
+            row[key] = value
+        self._write(lambda: self.db["lanes"].upsert(row, pk="name", alter=False))
+
+    def failed_fingerprints(self) -> dict[str, str]:
+        return {r.name: r.failed_fingerprint for r in self.lanes() if r.failed_fingerprint}
+
+    def clear_failed(self, name: str) -> bool:
+        rec = self.lane(name)
+        if rec is None or not rec.failed_fingerprint:
+            return False
+        self.update_lane(name, failed_fingerprint=None)
+        return True
+
+    # -- applies ---------------------------------------------------------------
+
+    def record_apply(self, run: str, lane: str, commit: str, fingerprint: str | None, result: str,
+                     error: str | None, started: float, timings: dict[str, float],
+                     logs: dict[str, str] | None = None) -> None:
+        self._write(lambda: self.db["applies"].insert(
+            {"run": run, "lane": lane, "commit": commit, "fingerprint": fingerprint, "result": result,
+             "error": error, "started": started, "finished": time.time(), "timings": json.dumps(timings),
+             "logs": json.dumps(logs or {})}))
+
+    def applies(self, lane: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        where, args = ("lane = ?", [lane]) if lane else (None, [])
+        return list(self.db["applies"].rows_where(where, args, order_by="id desc", limit=limit))
