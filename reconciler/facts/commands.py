@@ -20,6 +20,25 @@ from typing import Literal, cast
 from reconciler.facts.lease_script import LEASE_SCRIPT
 from reconciler.facts.probe_script import PROBE_SCRIPT
 
+__all__ = [
+    "DROPCACHES_MARKER",
+    "ENVFILE_MARKER",
+    "LEASE_MARKER",
+    "LEASE_SCRIPT",
+    "MARKERS",
+    "PROBE_MARKER",
+    "PROBE_SCRIPT",
+    "LeaseRequest",
+    "ProbeRequest",
+    "command_marker",
+    "dropcaches_argv",
+    "envfile_argv",
+    "lease_argv",
+    "probe_argv",
+    "read_lease_argv",
+    "read_probe_argv",
+]
+
 PROBE_MARKER = "lanes-probe"
 LEASE_MARKER = "lanes-lease"
 ENVFILE_MARKER = "lanes-envfile"

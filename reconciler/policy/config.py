@@ -72,12 +72,14 @@ class RuleSettings:
 
     def number(self, key: str) -> float:
         value = self.params[key]
-        assert isinstance(value, int | float) and not isinstance(value, bool)
+        assert isinstance(value, int | float)
+        assert not isinstance(value, bool)
         return float(value)
 
     def integer(self, key: str) -> int:
         value = self.params[key]
-        assert isinstance(value, int) and not isinstance(value, bool)
+        assert isinstance(value, int)
+        assert not isinstance(value, bool)
         return value
 
     def text(self, key: str) -> str:
@@ -141,7 +143,9 @@ def parse_rules(rules: RulesFile, *, path: str = RULES_PATH) -> Settings:
     for name, config in rules.rules.items():
         if name not in RULE_PARAMS:
             known = ", ".join(sorted(RULE_PARAMS))
-            raise InputError(f"unknown rule '{name}' (known rules: {known})", file=path, field=f"rules.{name}")
+            raise InputError(
+                f"unknown rule '{name}' (known rules: {known})", file=path, field=f"rules.{name}"
+            )
         specs = RULE_PARAMS[name]
         for key in config.params:
             if key not in specs:
@@ -181,13 +185,17 @@ def _check_values(settings: RuleSettings, path: str) -> None:
         _covers(settings, "kv_dtype_bytes", get_args(KVCacheDtype), path, allow_zero=False)
         _covers(settings, "mla_slot_bytes", MLA_LAYOUTS, path, allow_zero=False)
         if settings.number("headroom_warn_gib") < 0:
-            raise InputError("must not be negative", file=path, field=f"rules.{name}.params.headroom_warn_gib")
+            raise InputError(
+                "must not be negative", file=path, field=f"rules.{name}.params.headroom_warn_gib"
+            )
         if settings.integer("min_sequences") < 1:
             raise InputError("must be at least 1", file=path, field=f"rules.{name}.params.min_sequences")
     elif name == "host-sharing":
         if settings.text("capacity") not in SHARING_CAPACITIES:
             raise InputError(
-                f"must be one of {', '.join(SHARING_CAPACITIES)}", file=path, field=f"rules.{name}.params.capacity"
+                f"must be one of {', '.join(SHARING_CAPACITIES)}",
+                file=path,
+                field=f"rules.{name}.params.capacity",
             )
     elif name == "secrets-by-name":
         for index, pattern in enumerate(settings.strings("value_patterns")):
@@ -195,7 +203,9 @@ def _check_values(settings: RuleSettings, path: str) -> None:
                 re.compile(pattern)
             except re.error as exc:
                 raise InputError(
-                    f"not a regular expression: {exc}", file=path, field=f"rules.{name}.params.value_patterns[{index}]"
+                    f"not a regular expression: {exc}",
+                    file=path,
+                    field=f"rules.{name}.params.value_patterns[{index}]",
                 ) from None
 
 
@@ -204,9 +214,15 @@ def _covers(settings: RuleSettings, key: str, names: tuple[str, ...], path: str,
     where = f"rules.{settings.name}.params.{key}"
     for wanted in names:
         if wanted not in table:
-            raise InputError(f"has no entry for '{wanted}' (needs one for each of {', '.join(names)})",
-                             file=path, field=where)
+            raise InputError(
+                f"has no entry for '{wanted}' (needs one for each of {', '.join(names)})",
+                file=path,
+                field=where,
+            )
     for entry, value in table.items():
         if value < 0 or (value == 0 and not allow_zero):
-            raise InputError(f"'{entry}' must be {'0 or more' if allow_zero else 'positive'}",
-                             file=path, field=f"{where}.{entry}")
+            raise InputError(
+                f"'{entry}' must be {'0 or more' if allow_zero else 'positive'}",
+                file=path,
+                field=f"{where}.{entry}",
+            )

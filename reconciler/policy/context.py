@@ -33,7 +33,11 @@ class Context:
 
     @classmethod
     def build(
-        cls, desired: DesiredState, settings: Settings, capacities: Mapping[str, Capacity], issues: KnownIssuesFile
+        cls,
+        desired: DesiredState,
+        settings: Settings,
+        capacities: Mapping[str, Capacity],
+        issues: KnownIssuesFile,
     ) -> Context:
         ctx = cls(desired=desired, settings=settings, capacities=capacities, known_issues=issues)
         for lane in desired.lanes.values():

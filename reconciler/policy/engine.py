@@ -60,8 +60,13 @@ def _plans(ctx: Context, settings: Settings) -> dict[str, LaneBudget]:
 
 
 def _sort_key(v: Violation) -> tuple[str, int, str, int, str]:
-    return (v.lane or "", RULE_ORDER.get(v.rule, len(RULE_ORDER)), v.host or "", -1 if v.rank is None else v.rank,
-            v.message)
+    return (
+        v.lane or "",
+        RULE_ORDER.get(v.rule, len(RULE_ORDER)),
+        v.host or "",
+        -1 if v.rank is None else v.rank,
+        v.message,
+    )
 
 
 def evaluate(desired: DesiredState, policies: PolicySet) -> Verdict:

@@ -144,22 +144,28 @@ class KVModel:
         if arch.attention == "mla":
             if dtype in MLA_LAYOUTS:
                 if arch.kv_slot_bytes is not None:
-                    self.notes.append(f"{dtype}: the model's own {arch.kv_slot_bytes} B slot per token per layer")
+                    self.notes.append(
+                        f"{dtype}: the model's own {arch.kv_slot_bytes} B slot per token per layer"
+                    )
                     return float(arch.kv_slot_bytes)
                 slot = params.slot_bytes[dtype]
                 self.notes.append(f"{dtype}: fixed {slot:g} B slot per token per layer")
                 return float(slot)
-            assert arch.kv_lora_rank is not None and arch.rope_dim is not None
+            assert arch.kv_lora_rank is not None
+            assert arch.rope_dim is not None
             width = (arch.kv_lora_rank + arch.rope_dim) * params.dtype_bytes[dtype]
             self.notes.append(
                 f"MLA latent ({arch.kv_lora_rank}+{arch.rope_dim}) x {params.dtype_bytes[dtype]:g} B "
                 f"= {width:g} B per token per layer, whole on every TP rank"
             )
             return width
-        assert arch.kv_heads is not None and arch.head_dim is not None
+        assert arch.kv_heads is not None
+        assert arch.head_dim is not None
         heads = max(1, math.ceil(arch.kv_heads / self.tp))
         if dtype in MLA_LAYOUTS:
-            self.notes.append(f"{dtype} is an MLA layout; this {arch.attention} model is sized at its element width")
+            self.notes.append(
+                f"{dtype} is an MLA layout; this {arch.attention} model is sized at its element width"
+            )
         width = 2 * heads * arch.head_dim * params.dtype_bytes[dtype]
         if arch.kv_heads < self.tp:
             self.notes.append(f"{arch.kv_heads} KV heads < tp {self.tp}: one head replicated per rank")
@@ -180,12 +186,14 @@ class KVModel:
             if arch.sliding_window is None and any(r <= 1 for r in arch.compress_ratios):
                 self.notes.append("compress ratio <= 1 layers have no sliding_window: sized as full layers")
             if arch.linear_layers or arch.sliding_window_layers:
-                self.notes.append("compress_ratios describes every layer; linear/sliding layer counts ignored")
+                self.notes.append(
+                    "compress_ratios describes every layer; linear/sliding layer counts ignored"
+                )
             self._positional = []
             start = 0
             for size in self.sizes:
                 counts: dict[KindKey, int] = {}
-                for key in kinds[start:start + size]:
+                for key in kinds[start : start + size]:
                     counts[key] = counts.get(key, 0) + 1
                 self._positional.append(counts)
                 start += size
@@ -200,7 +208,9 @@ class KVModel:
         full = arch.layers - linear - sliding
         self._totals = {key: n for key, n in ((FULL, full), (SLIDING, sliding), (LINEAR, linear)) if n}
         if self.pp > 1 and len(self._totals) > 1:
-            self.notes.append("layer kinds are counted, not placed: each stage is sized with its costliest layers")
+            self.notes.append(
+                "layer kinds are counted, not placed: each stage is sized with its costliest layers"
+            )
 
     # -- bytes ------------------------------------------------------------------------
 
@@ -254,7 +264,7 @@ class KVModel:
 
     def longest_fitting(self, stage: int, available: int, upper: int) -> int:
         """The largest max_model_len <= upper whose KV fits in `available` bytes (0 if none)."""
-        if available <= 0 or self.stage(stage, 1).total > available:
+        if self.stage(stage, 1).total > available:
             return 0
         low, high = 1, upper
         while low < high:

@@ -21,7 +21,7 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncssh
 
@@ -29,6 +29,14 @@ from reconciler.sim.registry import SimRegistry
 from reconciler.sim.runtime import SimContainerRuntime
 
 log = logging.getLogger(__name__)
+
+
+class SimTarget(NamedTuple):
+    """Where a simulated host answers SSH: what a fleet file would say about it."""
+
+    address: str
+    port: int
+    user: str
 
 
 class _Server(asyncssh.SSHServer):
@@ -201,9 +209,9 @@ class SimFleet:
         self.known_hosts_path.write_text("".join(lines))
 
     @property
-    def targets(self) -> dict[str, tuple[str, int, str]]:
+    def targets(self) -> dict[str, SimTarget]:
         """name -> (address, port, user), what a fleet file would say for each host."""
-        return {name: (address, self.port, self.user) for name, address in self.addresses.items()}
+        return {name: SimTarget(address, self.port, self.user) for name, address in self.addresses.items()}
 
     def connect_options(self, name: str) -> dict[str, Any]:
         """Keyword arguments for `asyncssh.connect` to reach host `name`."""

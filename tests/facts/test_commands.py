@@ -35,16 +35,32 @@ def test_probe_argv() -> None:
 
 def test_lease_argv() -> None:
     argv = c.lease_argv("acquire", "/var/lib/lanes/lease.json", "lanes@control1", 300)
-    assert argv == ["python3", "-I", "-c", c.LEASE_SCRIPT, "lanes-lease", "acquire",
-                    "/var/lib/lanes/lease.json", "lanes@control1", "300"]  # fmt: skip
+    assert argv == [
+        "python3",
+        "-I",
+        "-c",
+        c.LEASE_SCRIPT,
+        "lanes-lease",
+        "acquire",
+        "/var/lib/lanes/lease.json",
+        "lanes@control1",
+        "300",
+    ]
     assert c.command_marker(argv) == c.LEASE_MARKER
-    assert c.read_lease_argv(argv) == c.LeaseRequest("acquire", "/var/lib/lanes/lease.json", "lanes@control1", 300)
+    assert c.read_lease_argv(argv) == c.LeaseRequest(
+        "acquire", "/var/lib/lanes/lease.json", "lanes@control1", 300
+    )
 
 
 def test_envfile_and_dropcaches_argv() -> None:
     env = c.envfile_argv("/etc/lanes/env/lane1.env")
-    assert env == ["sh", "-c", 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', "lanes-envfile",
-                   "/etc/lanes/env/lane1.env"]  # fmt: skip
+    assert env == [
+        "sh",
+        "-c",
+        'umask 077 && mkdir -p -- "$(dirname -- "$1")" && cat > "$1"',
+        "lanes-envfile",
+        "/etc/lanes/env/lane1.env",
+    ]
     assert c.command_marker(env) == c.ENVFILE_MARKER
     drop = c.dropcaches_argv()
     assert drop == ["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches", "lanes-dropcaches"]

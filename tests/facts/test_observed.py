@@ -33,7 +33,14 @@ def _host(name: str, *containers: ObservedContainer) -> ObservedHost:
 
 def test_container_labels() -> None:
     c = _c("a", "lane1", "1", state="exited")
-    assert (c.managed, c.lane, c.rank, c.spec_hash, c.commit, c.running) == (True, "lane1", 1, "s1", None, False)
+    assert (c.managed, c.lane, c.rank, c.spec_hash, c.commit, c.running) == (
+        True,
+        "lane1",
+        1,
+        "s1",
+        None,
+        False,
+    )
     odd = ObservedContainer("b", "id", "img", "sha", "running", None, {"lanes.rank": "head"})
     assert (odd.managed, odd.rank, odd.running) == (False, None, True)
 
@@ -47,7 +54,13 @@ def test_lease_held_by_other() -> None:
 
 def test_unreachable_host() -> None:
     h = ObservedHost.unreachable("spark4", "timed out after 10 s")
-    assert (h.reachable, h.error, h.containers, h.memory, h.lease) == (False, "timed out after 10 s", (), None, None)
+    assert (h.reachable, h.error, h.containers, h.memory, h.lease) == (
+        False,
+        "timed out after 10 s",
+        (),
+        None,
+        None,
+    )
 
 
 def test_fleet_helpers() -> None:
@@ -58,7 +71,10 @@ def test_fleet_helpers() -> None:
             "spark3": ObservedHost.unreachable("spark3", "refused"),
         }
     )
-    assert [(h, c.name) for h, c in fleet.containers_of_lane("lane1")] == [("spark1", "l-r0"), ("spark2", "l-r1")]
+    assert [(h, c.name) for h, c in fleet.containers_of_lane("lane1")] == [
+        ("spark1", "l-r0"),
+        ("spark2", "l-r1"),
+    ]
     assert fleet.lanes() == {"lane1", "lane2"}
     assert fleet.unreachable() == ("spark3",)
     spark1 = fleet.host("spark1")

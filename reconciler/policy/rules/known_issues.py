@@ -48,8 +48,12 @@ def _conditions_hold(when: IssueCondition, lane: Lane, model: ModelSpec | None) 
         return False
     if when.moe is not None and (model is None or (model.moe is not None) != when.moe):
         return False
-    for floor, value in ((when.min_ep, lane.ep), (when.min_tp, lane.tp), (when.min_pp, lane.pp),
-                         (when.min_dcp, lane.dcp)):
+    for floor, value in (
+        (when.min_ep, lane.ep),
+        (when.min_tp, lane.tp),
+        (when.min_pp, lane.pp),
+        (when.min_dcp, lane.dcp),
+    ):
         if floor is not None and value < floor:
             return False
     if when.launcher is not None and lane.launcher != when.launcher:
@@ -67,7 +71,8 @@ def _specifiers(issues: tuple[KnownIssue, ...]) -> list[SpecifierSet]:
             out.append(SpecifierSet(issue.versions))
         except InvalidSpecifier:
             raise InputError(
-                f"'{issue.versions}' is not a PEP 440 version specifier", file=ISSUES_PATH,
+                f"'{issue.versions}' is not a PEP 440 version specifier",
+                file=ISSUES_PATH,
                 field=f"issues[{index}].versions",
             ) from None
     return out
@@ -89,16 +94,22 @@ def check_known_issues(ctx: Context, rule: RuleSettings) -> None:
             issue = issues[index]
             if not _conditions_hold(issue.when, lane, model):
                 continue
-            detail = {"issue": issue.id, "ref": issue.ref, "engine_version": lane.engine_version,
-                      "versions": issue.versions}
+            detail = {
+                "issue": issue.id,
+                "ref": issue.ref,
+                "engine_version": lane.engine_version,
+                "versions": issue.versions,
+            }
             if version is None:
                 ctx.report(
                     rule,
                     severity="warn",
                     lane=lane,
                     message=(
-                        f"engine_version '{lane.engine_version}' cannot be placed in a version range, so known issue "
-                        f"{issue.id} ({lane.engine} {issue.versions}: {issue.summary}; {issue.ref}) cannot be ruled "
+                        f"engine_version '{lane.engine_version}' cannot be placed in a version range, so "
+                        "known issue "
+                        f"{issue.id} ({lane.engine} {issue.versions}: {issue.summary}; {issue.ref}) cannot "
+                        "be ruled "
                         "out; write the engine's real version"
                     ),
                     detail={**detail, "checkable": False},
@@ -111,7 +122,8 @@ def check_known_issues(ctx: Context, rule: RuleSettings) -> None:
                 severity=issue.severity,
                 lane=lane,
                 message=(
-                    f"{lane.engine} {lane.engine_version} is affected by {issue.id}: {issue.summary} ({issue.ref}); "
+                    f"{lane.engine} {lane.engine_version} is affected by {issue.id}: {issue.summary} "
+                    f"({issue.ref}); "
                     f"{issue.action}"
                 ),
                 detail={**detail, "checkable": True},

@@ -61,7 +61,8 @@ def check_memory_budget(ctx: Context, rule: RuleSettings, plans: Mapping[str, La
                 lane=lane,
                 host=lane.head,
                 message=(
-                    f"the memory estimate is a floor: {', '.join(plan.floor_reasons)} adds draft caches it does "
+                    f"the memory estimate is a floor: {', '.join(plan.floor_reasons)} adds draft caches it "
+                    "does "
                     "not size; keep more headroom than the figures show"
                 ),
                 detail={"floor": True, "floor_args": ",".join(plan.floor_reasons)},
@@ -84,7 +85,8 @@ def check_memory_budget(ctx: Context, rule: RuleSettings, plans: Mapping[str, La
                     host=rank.host,
                     rank=rank.rank,
                     message=(
-                        f"rank {rank.rank} on {rank.host} needs {rank.need / GIB:.1f} GiB ({_sum(rank)}) but the "
+                        f"rank {rank.rank} on {rank.host} needs {rank.need / GIB:.1f} GiB ({_sum(rank)}) "
+                        "but the "
                         f"budget is {budget_words}; {hint}"
                     ),
                     detail=detail,
@@ -97,7 +99,8 @@ def check_memory_budget(ctx: Context, rule: RuleSettings, plans: Mapping[str, La
                     host=rank.host,
                     rank=rank.rank,
                     message=(
-                        f"rank {rank.rank} on {rank.host} leaves {rank.headroom / GIB:.1f} GiB of headroom, under "
+                        f"rank {rank.rank} on {rank.host} leaves {rank.headroom / GIB:.1f} GiB of "
+                        "headroom, under "
                         f"the {params.headroom_warn / GIB:g} GiB margin: it needs {rank.need / GIB:.1f} GiB "
                         f"({_sum(rank)}) of a {budget_words} budget; lower max_model_len or raise tp so long "
                         "prefills and concurrent sequences have room"
@@ -111,7 +114,9 @@ def check_boot_utilization(ctx: Context, rule: RuleSettings) -> None:
         worst = None
         for host in lane.hosts:
             capacity = ctx.capacity(host)
-            if capacity is not None and (worst is None or capacity.max_boot_utilization < worst[1].max_boot_utilization):
+            if capacity is not None and (
+                worst is None or capacity.max_boot_utilization < worst[1].max_boot_utilization
+            ):
                 worst = (host, capacity)
         if worst is None:
             continue
@@ -125,8 +130,10 @@ def check_boot_utilization(ctx: Context, rule: RuleSettings) -> None:
             lane=lane,
             host=host,
             message=(
-                f"gpu_memory_utilization {lane.gpu_memory_utilization:.2f} asks for {asked / GIB:.1f} GiB per rank "
-                f"but only about {capacity.boot_free / GIB:.1f} GiB of {capacity.torch_visible / GIB:.1f} GiB is "
+                f"gpu_memory_utilization {lane.gpu_memory_utilization:.2f} asks for {asked / GIB:.1f} GiB "
+                "per rank "
+                f"but only about {capacity.boot_free / GIB:.1f} GiB of {capacity.torch_visible / GIB:.1f} "
+                "GiB is "
                 f"free at boot on {capacity.profile} (cap {capacity.max_boot_utilization:.2f} = "
                 f"{capacity.boot_cap / GIB:.1f} GiB), so the engine can fail at start; lower it to "
                 f"{capacity.max_boot_utilization:.2f} or drop the page cache before start"

@@ -37,7 +37,11 @@ def _key_words(key: str, words: tuple[str, ...]) -> str | None:
 def _is_reference(value: str) -> bool:
     """Values that point at a secret instead of holding it: a path, an env expansion, nothing."""
     stripped = value.strip()
-    return not stripped or stripped.startswith(("/", "${", "$(")) or re.fullmatch(r"\$[A-Za-z_]\w*", stripped) is not None
+    return (
+        not stripped
+        or stripped.startswith(("/", "${", "$("))
+        or re.fullmatch(r"\$[A-Za-z_]\w*", stripped) is not None
+    )
 
 
 def check_secrets(ctx: Context, rule: RuleSettings) -> None:
@@ -50,8 +54,12 @@ def check_secrets(ctx: Context, rule: RuleSettings) -> None:
             word = None if pattern is not None else _key_words(key, words)
             if pattern is None and (word is None or _is_reference(value)):
                 continue
-            why = "looks like a credential" if pattern is not None else f"is a literal value of a {word} variable"
-            _report(ctx, rule, lane, f"env {key}", why, value)
+            why = (
+                "looks like a credential"
+                if pattern is not None
+                else f"is a literal value of a {word} variable"
+            )
+            _report(ctx, rule, lane, where=f"env {key}", why=why, value=value)
         for index, arg in enumerate(lane.args):
             flag, equals, inline = arg.partition("=")
             if flag in secret_args:
@@ -62,18 +70,19 @@ def check_secrets(ctx: Context, rule: RuleSettings) -> None:
                 else:
                     continue
                 if not _is_reference(value):
-                    _report(ctx, rule, lane, where, "is a credential flag's value", value)
+                    _report(ctx, rule, lane, where=where, why="is a credential flag's value", value=value)
             elif any(p.search(arg) for p in patterns):
-                _report(ctx, rule, lane, f"args[{index}]", "looks like a credential", arg)
+                _report(ctx, rule, lane, where=f"args[{index}]", why="looks like a credential", value=arg)
 
 
-def _report(ctx: Context, rule: RuleSettings, lane: Lane, where: str, why: str, value: str) -> None:
+def _report(ctx: Context, rule: RuleSettings, lane: Lane, *, where: str, why: str, value: str) -> None:
     ctx.report(
         rule,
         severity="deny",
         lane=lane,
         message=(
-            f"{where} {why} ({redact(value)}); remove it from the lane file, store it on the control node and "
+            f"{where} {why} ({redact(value)}); remove it from the lane file, store it on the control node "
+            "and "
             "reference it under `secrets:` by name (name + env), then rotate it: it is in git history"
         ),
         detail={"where": where, "length": len(value)},

@@ -43,7 +43,14 @@ def _emit(ctx: Context, rule: RuleSettings, clashes: list[_Clash], sentence: Cal
         detail = dict(clash.detail)
         detail["hosts"] = ",".join(clash.hosts)
         detail["other_lanes"] = ",".join(clash.others)
-        ctx.report(rule, severity="deny", lane=clash.lane, host=clash.hosts[0], message=sentence(clash), detail=detail)
+        ctx.report(
+            rule,
+            severity="deny",
+            lane=clash.lane,
+            host=clash.hosts[0],
+            message=sentence(clash),
+            detail=detail,
+        )
 
 
 def _limit(capacity: Capacity, basis: str) -> int:
@@ -56,7 +63,7 @@ def _limit(capacity: Capacity, basis: str) -> int:
 
 def check_host_sharing(ctx: Context, rule: RuleSettings) -> None:
     basis = rule.text("capacity")
-    groups = []
+    groups: list[tuple[str, list[Lane], dict[str, DetailValue]]] = []
     for host, lanes in ctx.running_by_host.items():
         if len(lanes) < 2:
             continue
@@ -87,8 +94,10 @@ def check_host_sharing(ctx: Context, rule: RuleSettings) -> None:
             f"{name} {d[f'budget_gib[{name}]']:.1f}" for name in sorted([clash.lane.name, *clash.others])
         )
         return (
-            f"shares {', '.join(clash.hosts)} with running lane {', '.join(clash.others)}: the budgets add up to "
-            f"{parts} = {float(d['sum_budgets']) / GIB:.1f} GiB, over the {float(d['limit']) / GIB:.1f} GiB a host "
+            f"shares {', '.join(clash.hosts)} with running lane {', '.join(clash.others)}: the budgets add "
+            "up to "
+            f"{parts} = {float(d['sum_budgets']) / GIB:.1f} GiB, over the {float(d['limit']) / GIB:.1f} "
+            "GiB a host "
             f"can give ({basis}); stop one lane, move it to other hosts, or lower gpu_memory_utilization"
         )
 
@@ -96,7 +105,7 @@ def check_host_sharing(ctx: Context, rule: RuleSettings) -> None:
 
 
 def check_port_clash(ctx: Context, rule: RuleSettings) -> None:
-    groups = []
+    groups: list[tuple[str, list[Lane], dict[str, DetailValue]]] = []
     for host, lanes in ctx.running_by_host.items():
         if len(lanes) < 2:
             continue
@@ -136,12 +145,13 @@ def check_name_clash(ctx: Context, rule: RuleSettings) -> None:
                 severity="deny",
                 lane=lane,
                 message=(
-                    f"lane name '{lane.name}' becomes container name '{key}', as lane {others} does; rename one "
+                    f"lane name '{lane.name}' becomes container name '{key}', as lane {others} does; "
+                    "rename one "
                     "lane so they differ in more than '.', '_' and '-'"
                 ),
                 detail={"container_name": key, "other_lanes": others},
             )
-    groups = []
+    groups: list[tuple[str, list[Lane], dict[str, DetailValue]]] = []
     for host, lanes in ctx.running_by_host.items():
         if len(lanes) < 2:
             continue
@@ -154,8 +164,10 @@ def check_name_clash(ctx: Context, rule: RuleSettings) -> None:
 
     def sentence(clash: _Clash) -> str:
         return (
-            f"serves model name '{clash.detail['served_model_name']}' on {', '.join(clash.hosts)}, as running lane "
-            f"{', '.join(clash.others)} does, so clients cannot tell them apart; set a distinct served_model_name"
+            f"serves model name '{clash.detail['served_model_name']}' on {', '.join(clash.hosts)}, as "
+            "running lane "
+            f"{', '.join(clash.others)} does, so clients cannot tell them apart; set a distinct "
+            "served_model_name"
         )
 
     _emit(ctx, rule, _collect(groups), sentence)

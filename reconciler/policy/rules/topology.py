@@ -22,14 +22,22 @@ def check_topology(ctx: Context, rule: RuleSettings) -> None:
 
 def _shape(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
     world = lane.tp * lane.pp
-    shape = {"tp": lane.tp, "pp": lane.pp, "ep": lane.ep, "dcp": lane.dcp, "hosts": len(lane.hosts), "ranks": world}
+    shape = {
+        "tp": lane.tp,
+        "pp": lane.pp,
+        "ep": lane.ep,
+        "dcp": lane.dcp,
+        "hosts": len(lane.hosts),
+        "ranks": world,
+    }
     if world != len(lane.hosts):
         ctx.report(
             rule,
             severity="deny",
             lane=lane,
             message=(
-                f"tp x pp is {lane.tp} x {lane.pp} = {world} ranks but the lane lists {len(lane.hosts)} hosts "
+                f"tp x pp is {lane.tp} x {lane.pp} = {world} ranks but the lane lists {len(lane.hosts)} "
+                "hosts "
                 "(one rank per host); list one host per rank or change tp/pp"
             ),
             detail=shape,
@@ -47,7 +55,10 @@ def _shape(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
             rule,
             severity="deny",
             lane=lane,
-            message=f"dcp {lane.dcp} must divide tp {lane.tp} (DCP splits a TP group); use one of {_divisors(lane.tp)}",
+            message=(
+                f"dcp {lane.dcp} must divide tp {lane.tp} (DCP splits a TP group); use one of "
+                f"{_divisors(lane.tp)}"
+            ),
             detail=shape,
         )
 
@@ -63,7 +74,10 @@ def _hosts(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
                 lane=lane,
                 host=name,
                 rank=rank,
-                message=f"host '{name}' (rank {rank}) is not defined in state/hosts/ (known: {known}); add it or fix the name",
+                message=(
+                    f"host '{name}' (rank {rank}) is not defined in state/hosts/ (known: {known}); "
+                    "add it or fix the name"
+                ),
                 detail={"rank": rank},
             )
         elif host.hardware not in ctx.capacities:
@@ -75,7 +89,8 @@ def _hosts(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
                 host=name,
                 rank=rank,
                 message=(
-                    f"host '{name}' uses hardware profile '{host.hardware}', which policies/hardware.yaml does not "
+                    f"host '{name}' uses hardware profile '{host.hardware}', which policies/hardware.yaml "
+                    "does not "
                     f"define (profiles: {profiles}); its memory budget cannot be computed"
                 ),
                 detail={"rank": rank, "hardware": host.hardware},
@@ -106,7 +121,8 @@ def _heads(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
                 severity="deny",
                 lane=lane,
                 message=(
-                    f"model {model.name} has {kv} KV heads and tp is {lane.tp}: one must divide the other for the "
+                    f"model {model.name} has {kv} KV heads and tp is {lane.tp}: one must divide the other "
+                    "for the "
                     "engines to shard or replicate them"
                 ),
                 detail={"kv_heads": kv, "tp": lane.tp},

@@ -1,0 +1,111 @@
+"""The repository's own state and policies, loaded as `lanes check` loads them (the issue's "Must show")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reconciler.policy import Verdict, evaluate
+from reconciler.spec.load import DesiredState
+
+from .builders import GIB, repo_policies, repo_state, with_lanes
+
+pytestmark = pytest.mark.timeout(30)
+
+GLM = "glm53-mxfp4-fp8-4x-r39"
+MINIMAX = "minimax-m31-flash-4x-flare"
+PRODUCTION = "dsv41-flash-1017-4x-sglang"
+NIGHTLY = "eugr-nightly-dsv41-3x"
+
+
+@pytest.fixture(scope="module")
+def desired() -> DesiredState:
+    return repo_state("HEAD")
+
+
+@pytest.fixture(scope="module")
+def verdict(desired: DesiredState) -> Verdict:
+    return evaluate(desired, repo_policies())
+
+
+def switch(desired: DesiredState, **wanted: str) -> DesiredState:
+    lanes = [desired.lanes[name].model_copy(update={"desired": state}) for name, state in wanted.items()]
+    return with_lanes(desired, *lanes)
+
+
+def test_example_state_passes(verdict: Verdict) -> None:
+    assert verdict.ok
+    assert [v for v in verdict.violations if v.severity == "deny"] == []
+    body = verdict.to_json()
+    assert set(body) == {"commit", "ok", "violations"}
+    assert body["commit"] == "HEAD"
+    json.dumps(body)  # serialisable as it is
+
+
+def test_every_lane_is_budgeted_running_or_not(verdict: Verdict, desired: DesiredState) -> None:
+    lanes = {b.lane for b in verdict.budgets}
+    assert lanes == set(desired.lanes)
+    assert len(verdict.budgets) == sum(len(lane.hosts) for lane in desired.lanes.values())
+
+
+def test_glm_full_lane_is_explained_by_numbers(verdict: Verdict) -> None:
+    ranks = verdict.lane_budgets(GLM)
+    assert len(ranks) == 4
+    for rank in ranks:
+        assert 98 * GIB <= rank.need <= 100 * GIB  # the note: ~99 GiB per rank
+        assert rank.budget == int(0.88 * int(121.7 * GIB))
+        assert 0 < rank.headroom < 10 * GIB
+        assert not rank.running
+    found = verdict.lane_violations(GLM)
+    assert {v.rule for v in found} == {"memory-budget", "boot-utilization"}
+    assert all(v.severity == "warn" for v in found)
+    headroom = [v for v in found if v.rule == "memory-budget"]
+    assert [v.rank for v in headroom] == [0, 1, 2, 3]
+    for v in headroom:
+        assert "lane is stopped" in v.message
+        assert "needs 98.9 GiB" in v.message
+        assert 98 <= float(v.detail["need_gib"]) <= 100
+        assert v.detail["utilization"] == 0.88
+        for key in ("weights", "kv_min", "overhead", "need", "budget"):
+            assert isinstance(v.detail[key], int)
+    [boot] = [v for v in found if v.rule == "boot-utilization"]
+    assert boot.detail["utilization"] == 0.88
+    assert boot.detail["max_boot_utilization"] == 0.85
+    assert "0.88" in boot.message
+    assert "101.5 GiB" in boot.message
+
+
+def test_production_and_nightly_have_no_findings(verdict: Verdict) -> None:
+    assert verdict.lane_violations(PRODUCTION) == []
+    assert verdict.lane_violations(NIGHTLY) == []
+
+
+def test_minimax_weights_per_rank(verdict: Verdict) -> None:
+    for rank in verdict.lane_budgets(MINIMAX):
+        assert rank.weights == 63_100_000_000  # 252.4 GB / 4: the note's ~63 GB per rank
+        assert round(rank.weights / GIB, 1) == 58.8
+
+
+def test_minimax_passes_when_it_replaces_production(desired: DesiredState) -> None:
+    swapped = switch(desired, **{MINIMAX: "running", PRODUCTION: "stopped"})
+    verdict = evaluate(swapped, repo_policies())
+    assert verdict.ok
+    assert verdict.lane_violations(MINIMAX) == []
+    assert all(b.running and b.headroom > 10 * GIB for b in verdict.lane_budgets(MINIMAX))
+
+
+def test_minimax_next_to_production_is_denied_naming_both(desired: DesiredState) -> None:
+    both = switch(desired, **{MINIMAX: "running"})
+    verdict = evaluate(both, repo_policies())
+    assert not verdict.ok
+    assert verdict.denied_lanes == frozenset({MINIMAX, PRODUCTION})
+    for lane, other in ((MINIMAX, PRODUCTION), (PRODUCTION, MINIMAX)):
+        rules = {v.rule: v for v in verdict.lane_violations(lane) if v.severity == "deny"}
+        assert set(rules) == {"host-sharing", "port-clash"}
+        for v in rules.values():
+            assert other in v.message
+            assert v.detail["hosts"] == "dgx1,dgx2,dgx3,dgx4"
+        sharing = rules["host-sharing"].detail
+        assert sharing["sum_utilization"] == 1.55
+        assert float(sharing["sum_budgets_gib"]) > float(sharing["limit_gib"])

@@ -1,0 +1,803 @@
+"""The integration rig: four Spark stand-ins on this machine, as real as the GPU allows.
+
+Each host is a network namespace with its own address on the rig's private
+/24, its own OpenSSH sshd (own host key, an authorized key the rig made) and
+its own podman store behind a `docker` command; a real distribution registry
+in the root namespace serves the engine stand-in image, which hosts pull by
+digest. lanes reaches all of it exactly as it reaches Sparks: over SSH with
+pinned host keys, `docker` argv lists, HTTP to each host's address.
+
+Everything the rig makes is named after its id (`lanesrig-<pid>`), started
+and stopped by process id, and removed by `Rig.teardown`, which tolerates a
+half-built rig; `cleanup_stale` removes what a crashed earlier rig left.
+See ../shared/RIG.md for what was seen working on this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.rig import image
+
+REPO = Path(__file__).resolve().parents[2]
+LANES = REPO / ".venv" / "bin" / "lanes"
+
+PREFIX = "lanesrig"
+"""Prefix of every name the rig makes: namespaces, the rig folder, the registries.conf.d file."""
+LINK_PREFIX = "lrig"
+"""Interface names are limited to 15 characters: `lrig<pid>b` (bridge), `lrig<pid>h<i>` (veths)."""
+
+SUBNET = "10.213.47"
+ROOT_ADDRESS = f"{SUBNET}.1"
+REGISTRY_PORT = 5000
+REGISTRY = f"{ROOT_ADDRESS}:{REGISTRY_PORT}"
+HOST_NAMES = ("rig1", "rig2", "rig3", "rig4")
+IMAGE_REPO = "lanes/standin"
+ENGINE_PORT = 8000
+
+PACKAGES = {  # binary -> Debian package
+    "/usr/sbin/sshd": "openssh-server",
+    "/usr/bin/podman": "podman",
+    "/usr/sbin/runc": "runc",
+    "/usr/bin/docker-registry": "docker-registry",
+    "/usr/bin/skopeo": "skopeo",
+    "/usr/sbin/ip": "iproute2",
+}
+
+CONTAINERS_CONF = Path("/etc/containers/containers.conf")
+CONTAINERS_CONF_BACKUP = Path(f"/etc/containers/containers.conf.{PREFIX}-backup")
+CONTAINERS_CONF_TEXT = """\
+# Written by the lanes integration rig (tests/rig); restored when the rig stops.
+# crun fails here (cgroups in hybrid mode); default ulimits need CAP_SYS_RESOURCE.
+[containers]
+default_ulimits = []
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+"""
+REGISTRIES_CONF = Path(f"/etc/containers/registries.conf.d/50-{PREFIX}.conf")
+NO_CONF_MARK = "# none"
+"""Content of the backup file when there was no containers.conf to restore."""
+
+STANDIN_ARGS = ("python3", "-m", "reconciler.sim.standin")
+
+# The `docker` every host has on its PATH: podman on that host's own store, picked by the
+# RIG_HOST variable its sshd sets. podman 4.3 has no --gpus; on a Spark the NVIDIA runtime
+# consumes it, here there is no GPU, so it is dropped. Every invocation is logged so a test
+# can tell that nothing ran on a host.
+DOCKER_WRAPPER = r'''#!/usr/bin/python3 -I
+import json, os, sys, time
+RIG = @RIG@
+host = os.environ.get("RIG_HOST", "")
+if not host or "/" in host or not os.path.isdir(os.path.join(RIG, "hosts", host)):
+    sys.stderr.write("docker (lanes rig): RIG_HOST is not a rig host: %r\n" % host)
+    sys.exit(125)
+base = os.path.join(RIG, "hosts", host)
+args = sys.argv[1:]
+with open(os.path.join(base, "docker.log"), "a") as log:
+    log.write(json.dumps({"t": time.time(), "argv": args}) + "\n")
+BOOL = {"-d", "--detach", "--rm", "-i", "-t", "-it", "--privileged", "--init", "--read-only", "-q", "--quiet"}
+if args and args[0] == "run":
+    out, i, rest = ["run"], 1, []
+    while i < len(args):
+        a = args[i]
+        if a == "--" or not a.startswith("-"):
+            rest = args[i:]
+            break
+        if a.startswith("--gpus="):
+            i += 1
+            continue
+        if a == "--gpus":
+            i += 2
+            continue
+        if a in BOOL or "=" in a:
+            out.append(a)
+            i += 1
+            continue
+        out += args[i:i + 2]
+        i += 2
+    args = out + rest
+os.execv("/usr/bin/podman", ["podman", "--root", base + "/storage", "--runroot", base + "/run",
+                             "--tmpdir", base + "/tmp", "--events-backend", "file"] + args)
+'''
+
+
+class RigError(RuntimeError):
+    """The rig could not be built or driven; the message says which step."""
+
+
+def sh(argv: Sequence[str], *, check: bool = True, timeout: float = 120.0, env: Mapping[str, str] | None = None,
+       input: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a local command; on failure raise with the argv and the tail of its stderr."""
+    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+                            env=dict(env) if env is not None else None, input=input, cwd=cwd)
+    if check and result.returncode != 0:
+        raise RigError(f"{shlex.join(argv)}: exit {result.returncode}: {result.stderr.strip()[-2000:]}")
+    return result
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces: fields start after the last ')'.
+        fields = stat.rsplit(")", 1)[1].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            kids.append(int(entry.name))
+    return kids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def stop_pid(pid: int, *, must_contain: str, timeout: float = 5.0) -> None:
+    """SIGTERM one process the rig started (and its children: sshd's per-connection processes), then SIGKILL.
+
+    `must_contain` guards against a recycled pid: the process's command line must mention it.
+    """
+    if not pid_alive(pid) or must_contain not in _cmdline(pid):
+        return
+    victims = [pid, *_children(pid)]
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(pid_alive(v) and _cmdline(v) for v in victims):
+        time.sleep(0.05)
+    for victim in victims:
+        if pid_alive(victim) and _cmdline(victim):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+
+
+def ensure_packages() -> None:
+    """Install the Debian packages the rig needs, only when one of their binaries is missing."""
+    missing = sorted({pkg for binary, pkg in PACKAGES.items() if not Path(binary).exists()})
+    if not missing:
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    sh(["apt-get", "update", "-q"], env=env, timeout=300)
+    sh(["apt-get", "install", "-y", "-q", *PACKAGES.values()], env=env, timeout=600)
+
+
+def rig_unavailable_reason() -> str | None:
+    """Why the rig cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the rig tier needs root (network namespaces, sshd, podman stores)"
+    if shutil.which("ip") is None and not Path("/usr/sbin/ip").exists():
+        return None  # iproute2 gets installed; `ip netns` is checked after that
+    return None
+
+
+def netns_reason() -> str | None:
+    """Whether `ip netns` works here (namespaces need CAP_SYS_ADMIN and a mountable /run/netns)."""
+    probe = f"{PREFIX}-probe-{os.getpid()}"
+    made = sh(["ip", "netns", "add", probe], check=False)
+    if made.returncode != 0:
+        return f"`ip netns add` is unavailable here: {made.stderr.strip()}"
+    sh(["ip", "netns", "delete", probe], check=False)
+    return None
+
+
+def install_podman_conf() -> None:
+    """containers.conf as RIG.md says (runc, cgroupfs, no default ulimits); the original is kept aside."""
+    CONTAINERS_CONF.parent.mkdir(parents=True, exist_ok=True)
+    if not CONTAINERS_CONF_BACKUP.exists():
+        original = CONTAINERS_CONF.read_text() if CONTAINERS_CONF.exists() else NO_CONF_MARK
+        CONTAINERS_CONF_BACKUP.write_text(original)
+    CONTAINERS_CONF.write_text(CONTAINERS_CONF_TEXT)
+    REGISTRIES_CONF.parent.mkdir(parents=True, exist_ok=True)
+    REGISTRIES_CONF.write_text(
+        "# The lanes integration rig's registry (plain HTTP); removed when the rig stops.\n"
+        f'[[registry]]\nlocation = "{REGISTRY}"\ninsecure = true\n'
+    )
+
+
+def restore_podman_conf() -> None:
+    if CONTAINERS_CONF_BACKUP.exists():
+        original = CONTAINERS_CONF_BACKUP.read_text()
+        if original == NO_CONF_MARK:
+            CONTAINERS_CONF.unlink(missing_ok=True)
+        else:
+            CONTAINERS_CONF.write_text(original)
+        CONTAINERS_CONF_BACKUP.unlink()
+    REGISTRIES_CONF.unlink(missing_ok=True)
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    prefix = str(folder) + "/"
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].encode().decode("unicode_escape")
+        if point.startswith(prefix) or point == str(folder):
+            points.append(point)
+    return sorted(points, key=len, reverse=True)
+
+
+def podman_local(store: Path, *args: str, check: bool = True, timeout: float = 120.0
+                 ) -> subprocess.CompletedProcess[str]:
+    """podman on one of the rig's stores, from the root namespace."""
+    return sh(["podman", "--root", str(store / "storage"), "--runroot", str(store / "run"), "--tmpdir",
+               str(store / "tmp"), "--events-backend", "file", *args], check=check, timeout=timeout)
+
+
+def remove_rig_dir(folder: Path) -> None:
+    """Remove a rig folder: containers and images of every store first, then podman's mounts, then files."""
+    stores = [p.parent for p in folder.glob("*/*/storage")] + [p.parent for p in folder.glob("*/storage")]
+    for store in stores:
+        podman_local(store, "rm", "-af", "-t", "0", check=False)
+        podman_local(store, "rmi", "-af", check=False)
+    for point in _mounts_under(folder):
+        sh(["umount", "-l", point], check=False)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def cleanup_stale() -> None:
+    """Remove what rigs whose pytest process is gone left behind: processes, stores, links, namespaces."""
+    base = Path(tempfile.gettempdir())
+    for folder in base.glob(f"{PREFIX}-*"):
+        owner = folder.name.rsplit("-", 1)[-1]
+        if owner.isdigit() and pid_alive(int(owner)) and int(owner) != os.getpid():
+            raise RigError(f"another rig (pid {owner}, {folder}) is running: its subnet {SUBNET}.0/24 is taken")
+        for pidfile in folder.glob("**/*.pid"):
+            with contextlib.suppress(ValueError, OSError):
+                stop_pid(int(pidfile.read_text().split()[0]), must_contain=str(folder))
+        remove_rig_dir(folder)
+    for line in sh(["ip", "netns", "list"], check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(f"{PREFIX}-"):
+            sh(["ip", "netns", "delete", name], check=False)
+    links = sh(["ip", "-o", "link", "show"], check=False).stdout
+    for line in links.splitlines():
+        parts = line.split(":")
+        if len(parts) > 1:
+            dev = parts[1].strip().split("@")[0]
+            if dev.startswith(LINK_PREFIX) and dev[len(LINK_PREFIX):len(LINK_PREFIX) + 1].isdigit():
+                sh(["ip", "link", "delete", dev], check=False)
+    restore_podman_conf()
+
+
+@dataclass
+class RigHost:
+    name: str
+    index: int
+    address: str
+    netns: str
+    veth: str
+    folder: Path
+    ssh_pid: int | None = None
+
+    @property
+    def config(self) -> Path:
+        return self.folder / "sshd_config"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.folder / "sshd.pid"
+
+    @property
+    def hostkey(self) -> Path:
+        return self.folder / "ssh_host_ed25519_key"
+
+    @property
+    def docker_log(self) -> Path:
+        return self.folder / "docker.log"
+
+
+@dataclass
+class Images:
+    """The stand-in image in the rig's registry: two tags with different content, by digest."""
+
+    v1: str
+    v2: str
+    missing: str
+    """A well-formed digest reference the registry does not hold."""
+
+
+@dataclass
+class LaneRun:
+    """One `lanes` invocation."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def json(self) -> dict[str, Any]:
+        # The one JSON object starts at a line that is "{"; structlog lines may precede it
+        # (the CLI does not configure structlog, whose default logger prints to stdout).
+        start = self.stdout.find("{") if self.stdout.startswith("{") else self.stdout.find("\n{") + 1
+        try:
+            data: dict[str, Any] = json.loads(self.stdout[start:] if start >= 0 else self.stdout)
+        except ValueError as exc:
+            raise AssertionError(f"not JSON from {shlex.join(self.argv)} (exit {self.returncode}):\n"
+                                 f"{self.stdout[-3000:]}\nstderr:\n{self.stderr[-3000:]}") from exc
+        return data
+
+    def describe(self) -> str:
+        return (f"$ {shlex.join(self.argv)}\nexit {self.returncode} after {self.seconds:.1f} s\n"
+                f"stdout:\n{self.stdout[-4000:]}\nstderr:\n{self.stderr[-4000:]}")
+
+
+@dataclass
+class Rig:
+    rig_id: str = field(default_factory=lambda: f"{PREFIX}-{os.getpid()}")
+    folder: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / f"{PREFIX}-{os.getpid()}")
+    hosts: dict[str, RigHost] = field(default_factory=dict)
+    images: Images | None = None
+    registry_proc: subprocess.Popen[bytes] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    _made_bridge: bool = False
+    _conf_installed: bool = False
+
+    # ---- paths -------------------------------------------------------------------------------
+
+    @property
+    def tag(self) -> str:
+        return self.rig_id.rsplit("-", 1)[-1]
+
+    @property
+    def bridge(self) -> str:
+        return f"{LINK_PREFIX}{self.tag}b"
+
+    @property
+    def client_key(self) -> Path:
+        return self.folder / "client_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.folder / "known_hosts"
+
+    @property
+    def db(self) -> Path:
+        return self.folder / "lanes.db"
+
+    @property
+    def model_path(self) -> Path:
+        return self.folder / "models" / "tiny"
+
+    @property
+    def hf_cache(self) -> Path:
+        return self.folder / "hf-cache"
+
+    @property
+    def state_on_host(self) -> Path:
+        return self.folder / "lanes-state"
+
+    @property
+    def build_store(self) -> Path:
+        return self.folder / "build"
+
+    @property
+    def work_repo(self) -> Path:
+        return self.folder / "state-work"
+
+    @property
+    def forge(self) -> Path:
+        return self.folder / "forge.git"
+
+    @property
+    def clone(self) -> Path:
+        return self.folder / "state-clone"
+
+    # ---- build -------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        t0 = time.monotonic()
+        ensure_packages()
+        self.timings["packages"] = time.monotonic() - t0
+        self.folder.mkdir(mode=0o755)
+        install_podman_conf()
+        self._conf_installed = True
+        self._keys()
+        self._network()
+        for host in self.hosts.values():
+            self._start_sshd(host)
+        self._write_known_hosts()
+        self._start_registry()
+        self.timings["hosts"] = time.monotonic() - t0
+        self.images = self._build_images()
+        self.timings["images"] = time.monotonic() - t0
+        for folder in (self.model_path, self.hf_cache, self.state_on_host):
+            folder.mkdir(parents=True, exist_ok=True)
+        (self.model_path / "config.json").write_text('{"architectures": ["TinyForCausalLM"]}\n')
+        self._init_state_repo()
+        self._check_hosts()
+        self.timings["setup"] = time.monotonic() - t0
+
+    def _keys(self) -> None:
+        sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{self.rig_id}-client", "-f",
+            str(self.client_key)])
+        authorized = self.folder / "authorized_keys"
+        authorized.write_text(self.client_key.with_suffix(".pub").read_text())
+        authorized.chmod(0o600)
+        bindir = self.folder / "bin"
+        bindir.mkdir()
+        wrapper = bindir / "docker"
+        wrapper.write_text(DOCKER_WRAPPER.replace("@RIG@", repr(str(self.folder))))
+        wrapper.chmod(0o755)
+
+    def _network(self) -> None:
+        sh(["ip", "link", "add", self.bridge, "type", "bridge"])
+        self._made_bridge = True
+        sh(["ip", "addr", "add", f"{ROOT_ADDRESS}/24", "dev", self.bridge])
+        sh(["ip", "link", "set", self.bridge, "up"])
+        for index, name in enumerate(HOST_NAMES, start=1):
+            host = RigHost(name=name, index=index, address=f"{SUBNET}.{10 + index}",
+                           netns=f"{self.rig_id}-{index}", veth=f"{LINK_PREFIX}{self.tag}h{index}",
+                           folder=self.folder / "hosts" / name)
+            self.hosts[name] = host
+            for sub in ("storage", "run", "tmp"):
+                (host.folder / sub).mkdir(parents=True)
+            sh(["ip", "netns", "add", host.netns])
+            sh(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns])
+            sh(["ip", "link", "set", host.veth, "master", self.bridge, "up"])
+            sh(["ip", "-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0"])
+            sh(["ip", "-n", host.netns, "link", "set", "eth0", "up"])
+            sh(["ip", "-n", host.netns, "link", "set", "lo", "up"])
+            sh(["ip", "-n", host.netns, "route", "add", "default", "via", ROOT_ADDRESS])
+
+    def _sshd_config(self, host: RigHost) -> str:
+        path = f"{self.folder / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+        return "\n".join([
+            f"ListenAddress {host.address}:22",
+            f"HostKey {host.hostkey}",
+            f"PidFile {host.pidfile}",
+            f"AuthorizedKeysFile {self.folder / 'authorized_keys'}",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "PermitRootLogin prohibit-password",
+            "StrictModes no",
+            "MaxStartups 100:30:200",
+            "MaxSessions 100",
+            "LogLevel VERBOSE",
+            f"SetEnv RIG_HOST={host.name} PATH={path}",
+            "",
+        ])
+
+    def _start_sshd(self, host: RigHost, *, new_key: bool = True) -> None:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        if new_key:
+            host.hostkey.unlink(missing_ok=True)
+            host.hostkey.with_suffix(".pub").unlink(missing_ok=True)
+            sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{host.name}", "-f", str(host.hostkey)])
+        host.config.write_text(self._sshd_config(host))
+        host.pidfile.unlink(missing_ok=True)
+        sh(["nsenter", f"--net=/var/run/netns/{host.netns}", "/usr/sbin/sshd", "-f", str(host.config),
+            "-E", str(host.folder / "sshd.log")])
+        deadline = time.monotonic() + 10
+        while not host.pidfile.exists() or not host.pidfile.read_text().strip():
+            if time.monotonic() > deadline:
+                raise RigError(f"sshd of {host.name} wrote no pid file: {(host.folder / 'sshd.log').read_text()}")
+            time.sleep(0.02)
+        host.ssh_pid = int(host.pidfile.read_text().split()[0])
+
+    def stop_sshd(self, host: RigHost) -> None:
+        if host.pidfile.exists():
+            with contextlib.suppress(ValueError, OSError):
+                stop_pid(int(host.pidfile.read_text().split()[0]), must_contain=str(host.config))
+        host.ssh_pid = None
+
+    def _write_known_hosts(self) -> None:
+        lines = []
+        for host in self.hosts.values():
+            keytype, key = host.hostkey.with_suffix(".pub").read_text().split()[:2]
+            lines.append(f"{host.address} {keytype} {key}")
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+
+    def _start_registry(self) -> None:
+        config = self.folder / "registry.yml"
+        config.write_text(json.dumps({
+            "version": 0.1,
+            "log": {"level": "warn", "accesslog": {"disabled": True}},
+            "storage": {"filesystem": {"rootdirectory": str(self.folder / "registry")}, "delete": {"enabled": True}},
+            "http": {"addr": REGISTRY},
+        }))
+        log = (self.folder / "registry.log").open("ab")
+        self.registry_proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log,
+                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        (self.folder / "registry.pid").write_text(f"{self.registry_proc.pid}\n")
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if httpx.get(f"http://{REGISTRY}/v2/", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.registry_proc.poll() is not None or time.monotonic() > deadline:
+                raise RigError(f"docker-registry did not come up: {(self.folder / 'registry.log').read_text()}")
+            time.sleep(0.05)
+
+    def _build_images(self) -> Images:
+        work = self.folder / "image"
+        root = work / "rootfs"
+        root.mkdir(parents=True)
+        image.build_rootfs(REPO, root, work)
+        refs = {}
+        for tag in ("v1", "v2"):
+            tar = work / f"{tag}.tar"
+            image.write_tar(root, tar, {"etc/lanes-rig-image": f"{self.rig_id} {tag}\n"})
+            name = f"{REGISTRY}/{IMAGE_REPO}:{tag}"
+            podman_local(self.build_store, "import", "--change", "ENV PATH=/usr/local/bin:/usr/bin:/bin",
+                         "--change", "ENV STANDIN_LOAD_S=0.5", "--change", "ENV STANDIN_TG_TPS=500",
+                         "--change", f"ENV STANDIN_VERSION=rig-{tag}",
+                         "--change", 'CMD ["python3", "-m", "reconciler.sim.standin"]', str(tar), name)
+            podman_local(self.build_store, "push", "--tls-verify=false", name)
+            refs[tag] = f"{REGISTRY}/{IMAGE_REPO}@{self.registry_digest(tag)}"
+        missing = "sha256:" + hashlib.sha256(f"{self.rig_id} never pushed".encode()).hexdigest()
+        return Images(v1=refs["v1"], v2=refs["v2"], missing=f"{REGISTRY}/{IMAGE_REPO}@{missing}")
+
+    def registry_digest(self, tag: str) -> str:
+        accept = ", ".join([
+            "application/vnd.oci.image.manifest.v1+json",
+            "application/vnd.docker.distribution.manifest.v2+json",
+            "application/vnd.oci.image.index.v1+json",
+            "application/vnd.docker.distribution.manifest.list.v2+json",
+        ])
+        r = httpx.head(f"http://{REGISTRY}/v2/{IMAGE_REPO}/manifests/{tag}", headers={"Accept": accept}, timeout=5)
+        if r.status_code != 200 or "docker-content-digest" not in r.headers:
+            raise RigError(f"registry has no manifest for {IMAGE_REPO}:{tag} (HTTP {r.status_code})")
+        return r.headers["docker-content-digest"]
+
+    def _check_hosts(self) -> None:
+        """Every host answers over ssh, with our docker wrapper first on its PATH and a python3."""
+        for host in self.hosts.values():
+            out = self.ssh(host.name, ["sh", "-c", 'command -v docker; echo "$RIG_HOST"; python3 -c "print(1)"'])
+            lines = out.stdout.split()
+            if lines != [str(self.folder / "bin" / "docker"), host.name, "1"]:
+                raise RigError(f"{host.name}: unexpected shell environment over ssh: {out.stdout!r} {out.stderr!r}")
+
+    # ---- state repository ------------------------------------------------------------------------
+
+    def _git(self, *args: str, cwd: Path | None = None) -> str:
+        env = {**os.environ, "GIT_AUTHOR_NAME": "rig", "GIT_AUTHOR_EMAIL": "rig@lanes.invalid",
+               "GIT_COMMITTER_NAME": "rig", "GIT_COMMITTER_EMAIL": "rig@lanes.invalid",
+               "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+        return sh(["git", *args], cwd=cwd, env=env).stdout.strip()
+
+    def _init_state_repo(self) -> None:
+        self._git("init", "-q", "--bare", "-b", "main", str(self.forge))
+        self._git("init", "-q", "-b", "main", str(self.work_repo))
+        work = self.work_repo
+        shutil.copytree(REPO / "policies", work / "policies")
+        state = work / "state"
+        (state / "hosts").mkdir(parents=True)
+        (state / "models").mkdir()
+        (state / "lanes").mkdir()
+        write_json_yaml(state / "fleet.yaml", {
+            "ssh_user": "root", "ssh_port": 22, "network_interface": "eth0", "hf_cache": str(self.hf_cache),
+            "state_dir_on_host": str(self.state_on_host), "lease_ttl_s": 300,
+        })
+        for host in self.hosts.values():
+            write_json_yaml(state / "hosts" / f"{host.name}.yaml", {
+                "address": host.address, "hardware": "gb10", "labels": {"rig": self.rig_id},
+            })
+        write_json_yaml(state / "models" / "tiny.yaml", {
+            "hf_repo": "lanes-rig/tiny", "revision": "0" * 40, "path": str(self.model_path),
+            "weight_bytes": 64 * 1024 * 1024, "quantization": "bf16",
+            "architecture": {"layers": 2, "attention": "gqa", "num_heads": 4, "kv_heads": 2, "head_dim": 64,
+                             "hidden_size": 256},
+        })
+        self._git("add", "-A", cwd=work)
+        self._git("commit", "-q", "-m", "rig: fleet, hosts, model, policies", cwd=work)
+        self._git("remote", "add", "origin", str(self.forge), cwd=work)
+        self._git("push", "-q", "origin", "main", cwd=work)
+        self._git("clone", "-q", str(self.forge), str(self.clone))
+
+    def publish(self, lanes: Mapping[str, Mapping[str, Any]], message: str) -> str:
+        """Commit exactly these lanes in the work repo, `git push` to the forge, pull the clone. Returns the sha."""
+        folder = self.work_repo / "state" / "lanes"
+        for old in folder.glob("*.yaml"):
+            old.unlink()
+        for name, body in lanes.items():
+            write_json_yaml(folder / f"{name}.yaml", body)
+        self._git("add", "-A", cwd=self.work_repo)
+        self._git("commit", "-q", "--allow-empty", "-m", message, cwd=self.work_repo)
+        self._git("push", "-q", "origin", "main", cwd=self.work_repo)
+        self._git("pull", "-q", "--ff-only", cwd=self.clone)
+        sha = self._git("rev-parse", "HEAD", cwd=self.clone)
+        if sha != self._git("rev-parse", "HEAD", cwd=self.work_repo):
+            raise RigError("the clone did not get the pushed commit")
+        return sha
+
+    def lane(self, name: str, hosts: Sequence[str], *, image_ref: str | None = None, port: int = ENGINE_PORT,
+             desired: str = "running", env: Mapping[str, str] | None = None, args: Sequence[str] | None = None,
+             mounts: Sequence[Mapping[str, Any]] = (), health: Mapping[str, float] | None = None,
+             served: str | None = None) -> dict[str, Any]:
+        """A generic-engine lane whose command is the stand-in."""
+        assert self.images is not None
+        served_name = served or f"{name}-model"
+        command = list(args) if args is not None else [
+            *STANDIN_ARGS, "--port", str(port), "--served-model-name", served_name]
+        return {
+            "description": f"rig lane {name}",
+            "desired": desired,
+            "engine": "generic",
+            "engine_version": "0.0.0+standin",
+            "image": image_ref or self.images.v1,
+            "model": "tiny",
+            "served_model_name": served_name,
+            "hosts": list(hosts),
+            "tp": len(hosts),
+            "max_model_len": 4096,
+            "gpu_memory_utilization": 0.3,
+            "port": port,
+            "args": command,
+            "env": dict(env or {}),
+            "mounts": [dict(m) for m in mounts],
+            "health": dict(health or {"port_timeout_s": 30, "ready_timeout_s": 30, "models_timeout_s": 15,
+                                      "completion_timeout_s": 15, "poll_interval_s": 0.25}),
+        }
+
+    # ---- driving -------------------------------------------------------------------------------
+
+    def ssh_argv(self, host: str, argv: Sequence[str], *, known_hosts: Path | None = None) -> list[str]:
+        return ["ssh", "-F", "/dev/null", "-i", str(self.client_key), "-o", "IdentitiesOnly=yes",
+                "-o", f"UserKnownHostsFile={known_hosts or self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR",
+                f"root@{self.hosts[host].address}", "--", shlex.join(argv)]
+
+    def ssh(self, host: str, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0
+            ) -> subprocess.CompletedProcess[str]:
+        """Run argv on a rig host through its real sshd, with the pinned host key."""
+        return sh(self.ssh_argv(host, argv), check=check, timeout=timeout)
+
+    def docker(self, host: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.ssh(host, ["docker", *args], check=check)
+
+    def containers(self, host: str) -> list[dict[str, Any]]:
+        """`docker inspect` of every container on a host (over ssh), sorted by name."""
+        ids = self.docker(host, "ps", "-aq").stdout.split()
+        if not ids:
+            return []
+        info: list[dict[str, Any]] = json.loads(self.docker(host, "inspect", *ids).stdout)
+        return sorted(info, key=lambda c: str(c.get("Name", "")))
+
+    def lanes(self, *args: str, timeout: float = 240.0) -> LaneRun:
+        argv = [str(LANES), *args]
+        t0 = time.monotonic()
+        result = sh(argv, check=False, timeout=timeout, cwd=self.folder,
+                    env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+        return LaneRun(argv, result.returncode, result.stdout, result.stderr, time.monotonic() - t0)
+
+    def connect_args(self) -> list[str]:
+        return ["--repo", str(self.clone), "--db", str(self.db), "--known-hosts", str(self.known_hosts),
+                "--ssh-key", str(self.client_key)]
+
+    def apply(self, *extra: str, timeout: float = 240.0) -> LaneRun:
+        return self.lanes("apply", *self.connect_args(), "--yes", "--json", *extra, timeout=timeout)
+
+    def plan(self, *extra: str) -> LaneRun:
+        return self.lanes("plan", *self.connect_args(), "--json", *extra)
+
+    def status(self) -> LaneRun:
+        return self.lanes("status", "--repo", str(self.clone), "--db", str(self.db), "--json")
+
+    def docker_calls(self, host: str) -> int:
+        """How many docker commands ran on a host so far (the wrapper logs each one)."""
+        log = self.hosts[host].docker_log
+        return len(log.read_text().splitlines()) if log.exists() else 0
+
+    def set_link(self, host: str, up: bool) -> None:
+        """Cut or restore a host's cable: its veth in the root namespace."""
+        sh(["ip", "link", "set", self.hosts[host].veth, "up" if up else "down"])
+
+    def replace_host_key(self, host: str) -> None:
+        """Restart a host's sshd with a freshly generated host key (a reinstalled host, or an impostor)."""
+        h = self.hosts[host]
+        self.stop_sshd(h)
+        self._start_sshd(h, new_key=True)
+
+    def remove_all_containers(self) -> None:
+        """Reset between tests: no container on any host (over each host's own store, locally)."""
+        for host in self.hosts.values():
+            podman_local(host.folder, "rm", "-af", "-t", "0", check=False)
+
+    # ---- teardown ------------------------------------------------------------------------------
+
+    def teardown(self) -> list[str]:
+        """Undo everything; each step runs even if an earlier one failed. Returns what went wrong."""
+        problems: list[str] = []
+
+        def step(what: str, fn: Any) -> None:
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - teardown goes on whatever broke
+                problems.append(f"{what}: {exc}")
+
+        for host in self.hosts.values():
+            step(f"containers of {host.name}", lambda h=host: (
+                podman_local(h.folder, "rm", "-af", "-t", "0", check=False),
+                podman_local(h.folder, "rmi", "-af", check=False)))
+        for host in self.hosts.values():
+            step(f"sshd of {host.name}", lambda h=host: self.stop_sshd(h))
+        if self.registry_proc is not None:
+            proc = self.registry_proc
+
+            def stop_registry() -> None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+
+            step("registry", stop_registry)
+        for host in self.hosts.values():
+            step(f"netns {host.netns}", lambda h=host: sh(["ip", "netns", "delete", h.netns], check=False))
+            step(f"veth {host.veth}", lambda h=host: _delete_link(h.veth))
+        if self._made_bridge:
+            step("bridge", lambda: _delete_link(self.bridge))
+        if self._conf_installed:
+            step("containers.conf", restore_podman_conf)
+        if self.folder.exists():
+            step("rig folder", lambda: remove_rig_dir(self.folder))
+        return problems
+
+
+def _delete_link(dev: str) -> None:
+    if sh(["ip", "link", "show", dev], check=False).returncode == 0:
+        sh(["ip", "link", "delete", dev])
+
+
+def write_json_yaml(path: Path, body: Mapping[str, Any]) -> None:
+    """JSON is YAML: every string (newlines, quotes, `$(...)`) round-trips exactly, escaped."""
+    path.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+
+
+@contextlib.contextmanager
+def running_rig() -> Iterator[Rig]:
+    """Build a rig, yield it, always tear it down (for scripts: `python -m tests.rig.rig`)."""
+    cleanup_stale()
+    rig = Rig()
+    try:
+        rig.setup()
+        yield rig
+    finally:
+        problems = rig.teardown()
+        if problems:
+            raise RigError("teardown: " + "; ".join(problems))
+
+
+if __name__ == "__main__":
+    with running_rig() as r:
+        print(json.dumps({k: round(v, 2) for k, v in r.timings.items()}))
+        print(r.images)
+        for h in r.hosts.values():
+            print(h.name, r.ssh(h.name, ["docker", "ps"]).stdout.strip())

@@ -1,0 +1,317 @@
+"""The engine stand-in as a real process: load stages, endpoints, streaming, pacing, failure switches."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from reconciler.sim.engineargs import Behaviour, scan_engine_argv
+
+from .conftest import Eventually, Spawn
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _url(port: int, path: str) -> str:
+    return f"http://127.0.0.1:{port}{path}"
+
+
+async def _answers(client: httpx.AsyncClient, port: int) -> bool:
+    try:
+        await client.get(_url(port, "/health"))
+    except httpx.TransportError:
+        return False
+    return True
+
+
+async def _stream(
+    client: httpx.AsyncClient, port: int, body: dict[str, Any], path: str
+) -> tuple[list[Any], float, float]:
+    """Events of one streamed request, the time to the first content token and the total time."""
+    events: list[Any] = []
+    start = time.monotonic()
+    first = 0.0
+    async with client.stream("POST", _url(port, path), json={**body, "stream": True}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            payload = line.removeprefix("data: ")
+            event = payload if payload == "[DONE]" else json.loads(payload)
+            if not first and isinstance(event, dict) and event["choices"]:
+                choice = event["choices"][0]
+                if choice.get("text") or choice.get("delta", {}).get("content"):
+                    first = time.monotonic() - start
+            events.append(event)
+    return events, first, time.monotonic() - start
+
+
+@pytest.mark.parametrize(
+    ("argv", "port", "served", "max_len"),
+    [
+        (
+            [
+                "vllm",
+                "serve",
+                "/models/Qwen3",
+                "--port",
+                "8001",
+                "--served-model-name",
+                "qwen3",
+                "--max-model-len",
+                "32768",
+            ],
+            8001,
+            "qwen3",
+            32768,
+        ),
+        (
+            [
+                "python3",
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                "/m/dsv41",
+                "--host",
+                "0.0.0.0",
+                "--port=30000",
+                "--context-length",
+                "65536",
+                "--tp",
+                "4",
+            ],
+            30000,
+            "/m/dsv41",
+            65536,
+        ),
+        (["serve", "--model", "m", "--unknown-flag", "--port"], 8000, "m", 8192),
+        ([], 8000, "default", 8192),
+    ],
+)
+def test_scan_engine_argv(argv: list[str], port: int, served: str, max_len: int) -> None:
+    args = scan_engine_argv(argv)
+    assert (args.port, args.served_name, args.max_model_len) == (port, served, max_len)
+
+
+def test_behaviour_from_env() -> None:
+    b = Behaviour.from_env({"STANDIN_LOAD_S": "2.5", "STANDIN_NEVER_HEALTHY": "1", "STANDIN_TG_TPS": "bad"})
+    assert (b.load_s, b.never_healthy, b.tg_tps, b.crash_after_s, b.wrong_model) == (
+        2.5,
+        True,
+        50.0,
+        None,
+        False,
+    )
+
+
+async def test_loads_then_serves(spawn: Spawn, port: int, eventually: Eventually) -> None:
+    proc = spawn(
+        "--bind",
+        "127.0.0.1",
+        "vllm",
+        "serve",
+        "/m/q",
+        "--port",
+        str(port),
+        "--served-model-name",
+        "q",
+        env={"STANDIN_LOAD_S": "0.8", "STANDIN_VERSION": "0.32.0"},
+    )
+    async with httpx.AsyncClient(timeout=5) as client:
+        await eventually(lambda: _answers(client, port), 5)
+        # The port listens before the model is loaded, as with real engines.
+        assert (await client.get(_url(port, "/health"))).status_code == 503
+        assert (await client.get(_url(port, "/v1/models"))).json() == {"object": "list", "data": []}
+        early = await client.post(_url(port, "/v1/completions"), json={"prompt": "hi", "max_tokens": 1})
+        assert early.status_code == 503
+
+        async def healthy() -> bool:
+            return (await client.get(_url(port, "/health"))).status_code == 200
+
+        await eventually(healthy, 5)
+        models = (await client.get(_url(port, "/v1/models"))).json()
+        assert [(m["id"], m["object"]) for m in models["data"]] == [("q", "model")]
+        assert (await client.get(_url(port, "/version"))).json() == {"version": "0.32.0"}
+        done = await client.post(
+            _url(port, "/v1/completions"), json={"model": "q", "prompt": "a b c", "max_tokens": 4}
+        )
+        body = done.json()
+        assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+        assert len(body["choices"][0]["text"].split()) == 4
+        metrics = (await client.get(_url(port, "/metrics"))).text
+        assert 'vllm:prompt_tokens_total{model_name="q"} 3.0' in metrics
+        assert 'vllm:generation_tokens_total{model_name="q"} 4.0' in metrics
+        assert 'vllm:num_requests_running{model_name="q"} 0.0' in metrics
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(5) == 0
+
+
+async def test_streaming_chat_with_usage(spawn: Spawn, port: int, eventually: Eventually) -> None:
+    spawn("--bind", "127.0.0.1", "--", "vllm", "serve", "m", "--port", str(port))
+    async with httpx.AsyncClient(timeout=5) as client:
+        await eventually(lambda: _answers(client, port), 5)
+        body = {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "one two three"},
+                {"role": "user", "content": [{"type": "text", "text": "four five"}]},
+            ],
+            "max_tokens": 5,
+            "stream_options": {"include_usage": True},
+        }
+        events, _, _ = await _stream(client, port, body, "/v1/chat/completions")
+        assert events[-1] == "[DONE]"
+        usage = events[-2]
+        assert usage["choices"] == []
+        assert usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
+        assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+        content = [e["choices"][0]["delta"]["content"] for e in events[1:-2]]
+        assert len(content) == 5
+        assert events[-3]["choices"][0]["finish_reason"] == "length"
+        assert {e["object"] for e in events[:-1]} == {"chat.completion.chunk"}
+        # Without include_usage there is no usage chunk.
+        plain, _, _ = await _stream(client, port, {"prompt": "x", "max_tokens": 2}, "/v1/completions")
+        assert len(plain) == 3
+        assert all("usage" not in e for e in plain[:-1])
+
+
+async def test_pacing_follows_prompt_and_generation_rates(
+    spawn: Spawn, port: int, eventually: Eventually
+) -> None:
+    spawn(
+        "--bind",
+        "127.0.0.1",
+        "vllm",
+        "serve",
+        "m",
+        "--port",
+        str(port),
+        env={"STANDIN_TG_TPS": "200", "STANDIN_PP_TPS": "100"},
+    )
+    async with httpx.AsyncClient(timeout=10) as client:
+        await eventually(lambda: _answers(client, port), 5)
+        body = {"prompt": "", "max_tokens": 40}
+        _, _, total = await _stream(client, port, body, "/v1/completions")
+        assert 0.15 < total < 0.6  # 39 gaps of 5 ms
+        _, ttft, _ = await _stream(
+            client, port, {"prompt": " ".join(["w"] * 30), "max_tokens": 1}, "/v1/completions"
+        )
+        assert 0.25 < ttft < 0.8  # 30 prompt tokens at 100 tokens/s
+        # Each request is paced on its own: two at once take about as long as one.
+        start = time.monotonic()
+        await asyncio.gather(
+            *(_stream(client, port, {"prompt": "", "max_tokens": 60}, "/v1/completions") for _ in range(2))
+        )
+        assert time.monotonic() - start < 0.55
+
+
+async def test_slowdown_scales_pacing(spawn: Spawn, port: int, eventually: Eventually) -> None:
+    spawn(
+        "--bind",
+        "127.0.0.1",
+        "serve",
+        "m",
+        "--port",
+        str(port),
+        env={"STANDIN_TG_TPS": "200", "STANDIN_SLOWDOWN": "3"},
+    )
+    async with httpx.AsyncClient(timeout=10) as client:
+        await eventually(lambda: _answers(client, port), 5)
+        _, _, total = await _stream(client, port, {"prompt": "", "max_tokens": 21}, "/v1/completions")
+        assert 0.27 < total < 0.9  # 20 gaps of 15 ms
+
+
+async def test_never_healthy(spawn: Spawn, port: int, eventually: Eventually) -> None:
+    spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port), env={"STANDIN_NEVER_HEALTHY": "1"})
+    async with httpx.AsyncClient(timeout=5) as client:
+        await eventually(lambda: _answers(client, port), 5)
+        await asyncio.sleep(0.3)
+        assert (await client.get(_url(port, "/health"))).status_code == 503
+        assert (await client.get(_url(port, "/v1/models"))).json()["data"] == []
+
+
+async def test_wrong_model(spawn: Spawn, port: int, eventually: Eventually) -> None:
+    spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port), env={"STANDIN_WRONG_MODEL": "1"})
+    async with httpx.AsyncClient(timeout=5) as client:
+        await eventually(lambda: _answers(client, port), 5)
+        ids = [m["id"] for m in (await client.get(_url(port, "/v1/models"))).json()["data"]]
+        assert ids
+        assert "m" not in ids
+        missing = await client.post(_url(port, "/v1/completions"), json={"model": "m", "prompt": "x"})
+        assert missing.status_code == 404
+        assert missing.json()["type"] == "NotFoundError"
+
+
+async def test_bad_requests(spawn: Spawn, port: int, eventually: Eventually) -> None:
+    spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port))
+    async with httpx.AsyncClient(timeout=5) as client:
+        await eventually(lambda: _answers(client, port), 5)
+        bad = await client.post(_url(port, "/v1/completions"), content=b"{nope")
+        assert bad.status_code == 400
+        negative = await client.post(_url(port, "/v1/completions"), json={"prompt": "x", "max_tokens": -1})
+        assert negative.status_code == 400
+        assert (await client.get(_url(port, "/nope"))).status_code == 404
+
+
+async def test_port_delay(spawn: Spawn, port: int, eventually: Eventually) -> None:
+    spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port), env={"STANDIN_PORT_DELAY_S": "0.6"})
+    async with httpx.AsyncClient(timeout=5) as client:
+        await asyncio.sleep(0.3)
+        assert not await _answers(client, port)
+        await eventually(lambda: _answers(client, port), 5)
+
+
+async def test_crash_after(spawn: Spawn, port: int) -> None:
+    proc = spawn(
+        "--bind", "127.0.0.1", "serve", "m", "--port", str(port), env={"STANDIN_CRASH_AFTER_S": "0.3"}
+    )
+    assert proc.wait(5) == 1
+
+
+async def test_worker_mode_serves_nothing_and_stops_on_sigterm(spawn: Spawn, port: int) -> None:
+    proc = spawn("--bind", "127.0.0.1", "--worker", "vllm", "serve", "m", "--port", str(port))
+    await asyncio.sleep(0.5)
+    assert proc.poll() is None
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(5) == 0
+    assert time.monotonic() - start < 1.0
+
+
+async def test_worker_honours_crash_after(spawn: Spawn, port: int) -> None:
+    proc = spawn("--worker", "serve", "m", env={"STANDIN_CRASH_AFTER_S": "0.2"})
+    assert proc.wait(5) == 1
+
+
+async def test_sigterm_mid_stream_exits_promptly(spawn: Spawn, port: int, eventually: Eventually) -> None:
+    proc = spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port), env={"STANDIN_TG_TPS": "5"})
+    async with httpx.AsyncClient(timeout=10) as client:
+        await eventually(lambda: _answers(client, port), 5)
+        stream = asyncio.ensure_future(
+            _stream(client, port, {"prompt": "x", "max_tokens": 100}, "/v1/completions")
+        )
+        await asyncio.sleep(0.3)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(5) == 0
+        assert time.monotonic() - start < 1.0
+        with pytest.raises(httpx.HTTPError):
+            await stream
+
+
+async def test_port_in_use_exits_1(spawn: Spawn, port: int) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        proc = spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port))
+        assert proc.wait(5) == 1
