@@ -32,15 +32,15 @@ def example_policies() -> PolicySet:
     return load_policies(repo_files())
 
 
-def with_lane(desired: DesiredState, name: str, commit: str | None = None, **changes: Any) -> DesiredState:
+def with_lane(state: DesiredState, name: str, commit: str | None = None, **changes: Any) -> DesiredState:
     """A copy of the state with one lane changed (validated again)."""
-    lane = desired.lanes[name]
+    lane = state.lanes[name]
     data = lane.model_dump()
     data.update(changes)
-    lanes = dict(desired.lanes)
+    lanes = dict(state.lanes)
     lanes[name] = Lane.model_validate(data)
-    return DesiredState(commit=commit or desired.commit, fleet=desired.fleet, hosts=desired.hosts,
-                        models=desired.models, lanes=lanes, upstreams=desired.upstreams, files=desired.files)
+    return DesiredState(commit=commit or state.commit, fleet=state.fleet, hosts=state.hosts,
+                        models=state.models, lanes=lanes, upstreams=state.upstreams, files=state.files)
 
 
 def without_lane(desired: DesiredState, name: str) -> DesiredState:

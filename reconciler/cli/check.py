@@ -35,7 +35,7 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
     table = Table(title=f"Per-rank memory budget at {verdict.commit[:12]} (GiB)", title_justify="left")
     for column in ("lane", "rank", "host", "weights", "KV", "overhead", "need", "budget", "headroom"):
         justify = "left" if column in {"lane", "host"} else "right"
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify, no_wrap=column == "lane")  # type: ignore[arg-type]
     for b in verdict.budgets:
         style = "red" if b.headroom < 0 else ""
         floor = " (floor)" if b.floor else ""

@@ -93,12 +93,12 @@ def check_host_sharing(ctx: Context, rule: RuleSettings) -> None:
         parts = " + ".join(
             f"{name} {d[f'budget_gib[{name}]']:.1f}" for name in sorted([clash.lane.name, *clash.others])
         )
+        hosts, others = ", ".join(clash.hosts), ", ".join(clash.others)
+        total, limit = float(d["sum_budgets"]) / GIB, float(d["limit"]) / GIB
         return (
-            f"shares {', '.join(clash.hosts)} with running lane {', '.join(clash.others)}: the budgets add "
-            "up to "
-            f"{parts} = {float(d['sum_budgets']) / GIB:.1f} GiB, over the {float(d['limit']) / GIB:.1f} "
-            "GiB a host "
-            f"can give ({basis}); stop one lane, move it to other hosts, or lower gpu_memory_utilization"
+            f"lane {clash.lane.name} shares {hosts} with running lane {others}: the budgets add up to "
+            f"{parts} = {total:.1f} GiB, over the {limit:.1f} GiB a host can give ({basis}); stop one lane, "
+            "move it to other hosts, or lower gpu_memory_utilization"
         )
 
     _emit(ctx, rule, _collect(groups), sentence)
@@ -117,9 +117,10 @@ def check_port_clash(ctx: Context, rule: RuleSettings) -> None:
                 groups.append((host, same, {"port": port}))
 
     def sentence(clash: _Clash) -> str:
+        hosts, others = ", ".join(clash.hosts), ", ".join(clash.others)
         return (
-            f"listens on port {clash.detail['port']} on {', '.join(clash.hosts)}, as running lane "
-            f"{', '.join(clash.others)} does; give one lane another port"
+            f"lane {clash.lane.name} listens on port {clash.detail['port']} on {hosts}, as running lane "
+            f"{others} does; give one lane another port"
         )
 
     _emit(ctx, rule, _collect(groups), sentence)
@@ -163,11 +164,11 @@ def check_name_clash(ctx: Context, rule: RuleSettings) -> None:
                 groups.append((host, same, {"served_model_name": served}))
 
     def sentence(clash: _Clash) -> str:
+        hosts, others = ", ".join(clash.hosts), ", ".join(clash.others)
+        served = clash.detail["served_model_name"]
         return (
-            f"serves model name '{clash.detail['served_model_name']}' on {', '.join(clash.hosts)}, as "
-            "running lane "
-            f"{', '.join(clash.others)} does, so clients cannot tell them apart; set a distinct "
-            "served_model_name"
+            f"lane {clash.lane.name} serves model name '{served}' on {hosts}, as running lane {others} does, "
+            "so clients cannot tell them apart; set a distinct served_model_name"
         )
 
     _emit(ctx, rule, _collect(groups), sentence)
