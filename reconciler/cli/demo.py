@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -72,7 +73,10 @@ def add_models(fleet: SimFleet, loaded: LoadedCommit) -> None:
 async def start_demo(repo: str, workdir: Path, *, poll_interval_s: float = 0.5) -> DemoEnv:
     clone = clone_repo(repo, workdir / "state-repo")
     loaded = load_commit(clone)
-    fleet = SimFleet(sorted(loaded.desired.hosts), registry=registry_for(loaded), work_dir=workdir / "sim")
+    # A loopback /24 of this process's own, so two demos (or a demo and the tests) never share addresses.
+    base = f"127.{100 + os.getpid() % 150}.{os.getpid() // 150 % 250}."
+    fleet = SimFleet(sorted(loaded.desired.hosts), registry=registry_for(loaded), work_dir=workdir / "sim",
+                     base_address=base)
     await fleet.__aenter__()
     add_models(fleet, loaded)
     secrets = workdir / "secrets"

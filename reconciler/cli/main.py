@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from reconciler.cli import check as check_cmd
 from reconciler.cli import demo as demo_cmd
 from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import schema as schema_cmd
+from reconciler.logsetup import configure
 
 app = typer.Typer(
     name="lanes",
@@ -16,6 +19,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def main(
+    log_level: Annotated[str, typer.Option("--log-level", envvar="LANES_LOG_LEVEL",
+                                           help="debug, info, warning, error (logs go to stderr)")] = "warning",
+) -> None:
+    """GitOps reconciler for LLM inference lanes on DGX Spark (GB10) fleets."""
+    configure(log_level)
+
+
 app.command("check")(check_cmd.check)
 app.command("plan")(reconcile_cmd.plan_cmd)
 app.command("apply")(reconcile_cmd.apply_cmd)

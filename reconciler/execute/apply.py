@@ -286,7 +286,7 @@ class Executor:
 
         watcher = asyncio.create_task(watch())
         try:
-            gate: GateResult = await wait_ready(step.address, step.port, step.served_model, health,
+            gate: GateResult = await wait_ready(self.ops.targets[step.host].address, step.port, step.served_model, health,
                                                 started=t0, died=died)
         finally:
             watcher.cancel()

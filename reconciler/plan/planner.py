@@ -124,7 +124,7 @@ def _plan_lane(name: str, desired: DesiredState, observed: ObservedFleet, verdic
     for group in start_groups(lane):
         steps.append(StartRanks(tuple(by_rank[r] for r in group)))
     head_host = lane.hosts[0]
-    steps.append(WaitReady(head_host, desired.hosts[head_host].address, lane.port, lane.served_name))
+    steps.append(WaitReady(head_host, lane.port, lane.served_name))
     return LanePlan(name, "deploy", reason, tuple(steps), fp, tuple(specs), lane.hosts, desired.commit)
 
 

@@ -85,8 +85,9 @@ class StartRanks:
 
 @dataclass(frozen=True)
 class WaitReady:
+    """The head's readiness gate; the executor resolves where the head answers (its transport target)."""
+
     host: str
-    address: str
     port: int
     served_model: str
     kind: str = "wait-ready"

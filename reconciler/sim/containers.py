@@ -71,7 +71,11 @@ class SimContainer:
         argv = [sys.executable, "-m", "reconciler.sim.standin", "--bind", address]
         argv += ["--worker"] if worker else []
         argv += ["--", *self.entrypoint, *self.cmd]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _PACKAGE_ROOT}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": _PACKAGE_ROOT,
+            "STANDIN_PARENT_PID": str(os.getpid()),  # not in Config.Env: sim plumbing, not the image's
+        }
         for pair in self.env:
             key, _, value = pair.partition("=")
             env[key] = value

@@ -135,9 +135,12 @@ class SimHost:
         except Exception as exc:  # a bug in the sim must reach the test as a failed command
             log.exception("sim host %s failed on %s", self.name, argv[:3])
             status, out, err = 1, "", f"sim: internal error: {exc!r}\n"
-        process.stdout.write(out)
-        process.stderr.write(err)
-        process.exit(status)
+        try:
+            process.stdout.write(out)
+            process.stderr.write(err)
+            process.exit(status)
+        except (OSError, asyncssh.Error):
+            pass  # the client gave up (timeout, dropped connection) before the answer
 
 
 class SimFleet:

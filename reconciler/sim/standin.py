@@ -51,6 +51,18 @@ def _announce_loaded(engine: Engine) -> None:
         threading.Thread(target=wait, daemon=True).start()
 
 
+def _exit_with_parent(parent: int) -> None:
+    # The simulator sets STANDIN_PARENT_PID: if it dies without stopping its
+    # containers (SIGKILL, a killed test run), its stand-ins must not outlive it.
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        log("the simulator that started this stand-in is gone: exiting")
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     rest = list(sys.argv[1:] if argv is None else argv)
     bind: str | None = None
@@ -72,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     if behaviour.crash_after_s is not None:
         _crash_later(behaviour.crash_after_s)
+    if os.environ.get("STANDIN_PARENT_PID", "").isdigit():
+        _exit_with_parent(int(os.environ["STANDIN_PARENT_PID"]))
     try:
         if worker:
             log(f"worker rank of {args.served_name} started; no HTTP")

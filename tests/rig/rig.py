@@ -78,10 +78,10 @@ STANDIN_ARGS = ("python3", "-m", "reconciler.sim.standin")
 
 # The `docker` every host has on its PATH: podman on that host's own store, picked by the
 # RIG_HOST variable its sshd sets. podman 4.3 has no --gpus; on a Spark the NVIDIA runtime
-# consumes it, here there is no GPU, so it is dropped. Every invocation is logged so a test
-# can tell that nothing ran on a host.
+# consumes it, here there is no GPU, so it is dropped. `ps --format '{{json .}}'` is printed
+# the way docker prints it. Every invocation is logged so a test can tell that nothing ran on a host.
 DOCKER_WRAPPER = r'''#!/usr/bin/python3 -I
-import json, os, sys, time
+import json, os, subprocess, sys, time
 RIG = @RIG@
 host = os.environ.get("RIG_HOST", "")
 if not host or "/" in host or not os.path.isdir(os.path.join(RIG, "hosts", host)):
@@ -112,8 +112,16 @@ if args and args[0] == "run":
         out += args[i:i + 2]
         i += 2
     args = out + rest
-os.execv("/usr/bin/podman", ["podman", "--root", base + "/storage", "--runroot", base + "/run",
-                             "--tmpdir", base + "/tmp", "--events-backend", "file"] + args)
+podman = ["podman", "--root", base + "/storage", "--runroot", base + "/run", "--tmpdir", base + "/tmp",
+          "--events-backend", "file"]
+# docker prints `ps --format '{{json .}}'` as one object per line; podman 4.3 prints one JSON array.
+if args and args[0] == "ps" and ("{{json .}}" in args or "--format={{json .}}" in args):
+    args = ["--format=json" if a == "--format={{json .}}" else ("json" if a == "{{json .}}" else a) for a in args]
+    p = subprocess.run(podman + args, stdout=subprocess.PIPE, universal_newlines=True)
+    for item in json.loads(p.stdout or "[]") if p.returncode == 0 else []:
+        print(json.dumps(item))
+    sys.exit(p.returncode)
+os.execv("/usr/bin/podman", podman + args)
 '''
 
 
@@ -772,8 +780,10 @@ class Rig:
 
 
 def _delete_link(dev: str) -> None:
-    if sh(["ip", "link", "show", dev], check=False).returncode == 0:
-        sh(["ip", "link", "delete", dev])
+    # Deleting a namespace destroys the veth pair with it (asynchronously): a missing device is done.
+    result = sh(["ip", "link", "delete", dev], check=False)
+    if result.returncode != 0 and "Cannot find device" not in result.stderr:
+        raise RigError(f"ip link delete {dev}: {result.stderr.strip()}")
 
 
 def write_json_yaml(path: Path, body: Mapping[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -159,3 +160,16 @@ async def test_close_ends_every_container(
     assert all(process_gone(pid) for pid in pids)
     with pytest.raises(ConnectionRefusedError):
         await asyncssh.connect(**fleet.connect_options("a"))
+
+
+async def test_client_giving_up_mid_command_is_harmless(
+    fleet: SimFleet, registry: SimRegistry, image: SimImage
+) -> None:
+    registry.pull_delay_s = 0.5
+    async with asyncssh.connect(**fleet.connect_options("spark1")) as conn:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(conn.run(shlex.join(["docker", "pull", image.pinned])), 0.1)
+    await asyncio.sleep(0.6)  # the pull finishes on the host and answers a closed channel
+    registry.pull_delay_s = 0.0
+    result = await _run(fleet, "spark1", ["docker", "image", "inspect", image.pinned])
+    assert result.exit_status == 0

@@ -315,3 +315,9 @@ async def test_port_in_use_exits_1(spawn: Spawn, port: int) -> None:
         holder.listen()
         proc = spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port))
         assert proc.wait(5) == 1
+
+
+async def test_exits_when_its_simulator_is_gone(spawn: Spawn, port: int) -> None:
+    # STANDIN_PARENT_PID names a parent that is not (or no longer) the parent: as after a killed test run.
+    proc = spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port), env={"STANDIN_PARENT_PID": "1"})
+    assert proc.wait(5) == 0

@@ -1,0 +1,49 @@
+"""structlog set-up: readable lines on a terminal, JSON lines otherwise, always on stderr.
+
+stdout belongs to `--json` output; logs never go there. Secret values known
+to the control node are redacted by a processor before any line is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable, MutableMapping
+from typing import Any
+
+import structlog
+
+
+class Redactor:
+    """Replace every known secret value in every event field."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets = [s for s in secrets if len(s) >= 6]
+
+    def __call__(self, _logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        if not self.secrets:
+            return event
+        for key, value in list(event.items()):
+            if isinstance(value, str):
+                for secret in self.secrets:
+                    if secret in value:
+                        value = value.replace(secret, "[redacted]")
+                event[key] = value
+        return event
+
+
+def configure(level: str = "WARNING", *, json_lines: bool | None = None, secrets: Iterable[str] = ()) -> None:
+    as_json = (not sys.stderr.isatty()) if json_lines is None else json_lines
+    renderer: Any = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            Redactor(secrets),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
