@@ -70,17 +70,21 @@ def add_models(fleet: SimFleet, loaded: LoadedCommit) -> None:
                 fleet.runtime(host).add_model_path(model.path, model.weight_bytes)
 
 
-async def start_demo(repo: str, workdir: Path, *, poll_interval_s: float = 0.5) -> DemoEnv:
-    clone = clone_repo(repo, workdir / "state-repo")
-    loaded = load_commit(clone)
-    # A loopback /24 of this process's own, so two demos (or a demo and the tests) never share addresses.
-    base = f"127.{100 + os.getpid() % 150}.{os.getpid() // 150 % 250}."
+def loopback_base(salt: int = 0) -> str:
+    """A loopback /24 of this process's own, so two demos (or a demo and the tests) never share addresses."""
+    n = os.getpid() * 7 + salt
+    return f"127.{100 + n % 150}.{n // 150 % 250}."
+
+
+async def start_sim(loaded: LoadedCommit, workdir: Path, *, base_address: str | None = None,
+                    clone: Path | None = None) -> DemoEnv:
+    """Simulated Sparks for every host of `loaded`, and a reconciler wired to them."""
     fleet = SimFleet(sorted(loaded.desired.hosts), registry=registry_for(loaded), work_dir=workdir / "sim",
-                     base_address=base)
+                     base_address=base_address or loopback_base())
     await fleet.__aenter__()
     add_models(fleet, loaded)
     secrets = workdir / "secrets"
-    secrets.mkdir(mode=0o700)
+    secrets.mkdir(mode=0o700, exist_ok=True)
     for lane in loaded.desired.lanes.values():
         for secret in lane.secrets:
             (secrets / secret.name).write_text(DEMO_SECRET)
@@ -89,7 +93,12 @@ async def start_demo(repo: str, workdir: Path, *, poll_interval_s: float = 0.5) 
     store = Store(workdir / "lanes.db")
     settings = CycleSettings(owner="lanes-demo", overrides=overrides, watch_interval_s=1.0)
     reconciler = Reconciler(transport, store, SecretStore(secrets), settings)
-    return DemoEnv(workdir, clone, fleet, reconciler, store, transport)
+    return DemoEnv(workdir, clone or workdir, fleet, reconciler, store, transport)
+
+
+async def start_demo(repo: str, workdir: Path) -> DemoEnv:
+    clone = clone_repo(repo, workdir / "state-repo")
+    return await start_sim(load_commit(clone), workdir, clone=clone)
 
 
 async def stop_demo(env: DemoEnv) -> None:

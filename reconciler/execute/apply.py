@@ -194,6 +194,7 @@ class Executor:
         started_ranks: list[tuple[str, ContainerSpec]] = []
         timings: dict[str, float] = {}
         touched = False
+        before = self.store.lane(lp.lane)
         self.store.update_lane(lp.lane, health="progressing", desired="running", desired_commit=lp.commit,
                                hosts=lp.hosts)
         try:
@@ -218,10 +219,9 @@ class Executor:
         except (LanesError, _StepFailed, OSError) as exc:
             message = str(exc)
             if not touched:
-                # Nothing stopped yet: the old ranks still serve; the lane keeps its health.
-                rec = self.store.lane(lp.lane)
-                self.store.update_lane(lp.lane, last_error=message,
-                                       health=rec.health if rec and rec.health in {"healthy", "degraded"} else "failed")
+                # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
+                served = before is not None and before.health in {"healthy", "degraded"}
+                self.store.update_lane(lp.lane, last_error=message, health="degraded" if served else "failed")
                 self.store.record_apply(run, lp.lane, lp.commit, lp.fingerprint, "failed", message, started, timings)
                 await self._release(leased, lease_file)
                 return LaneResult(lp.lane, "deploy", "failed", message, timings)
