@@ -25,10 +25,10 @@ class Redactor:
             return event
         for key, value in list(event.items()):
             if isinstance(value, str):
+                text = value
                 for secret in self.secrets:
-                    if secret in value:
-                        value = value.replace(secret, "[redacted]")
-                event[key] = value
+                    text = text.replace(secret, "[redacted]")
+                event[key] = text
         return event
 
 

@@ -39,11 +39,25 @@ def with_lane(state: DesiredState, name: str, commit: str | None = None, **chang
     data.update(changes)
     lanes = dict(state.lanes)
     lanes[name] = Lane.model_validate(data)
-    return DesiredState(commit=commit or state.commit, fleet=state.fleet, hosts=state.hosts,
-                        models=state.models, lanes=lanes, upstreams=state.upstreams, files=state.files)
+    return DesiredState(
+        commit=commit or state.commit,
+        fleet=state.fleet,
+        hosts=state.hosts,
+        models=state.models,
+        lanes=lanes,
+        upstreams=state.upstreams,
+        files=state.files,
+    )
 
 
 def without_lane(desired: DesiredState, name: str) -> DesiredState:
     lanes = {k: v for k, v in desired.lanes.items() if k != name}
-    return DesiredState(commit=desired.commit, fleet=desired.fleet, hosts=desired.hosts, models=desired.models,
-                        lanes=lanes, upstreams=desired.upstreams, files=desired.files)
+    return DesiredState(
+        commit=desired.commit,
+        fleet=desired.fleet,
+        hosts=desired.hosts,
+        models=desired.models,
+        lanes=lanes,
+        upstreams=desired.upstreams,
+        files=desired.files,
+    )

@@ -40,8 +40,16 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
         style = "red" if b.headroom < 0 else ""
         floor = " (floor)" if b.floor else ""
         table.add_row(
-            b.lane, str(b.rank), b.host, gib(b.weights), gib(b.kv_min) + floor, gib(b.overhead),
-            gib(b.need), gib(b.budget), gib(b.headroom), style=style,
+            b.lane,
+            str(b.rank),
+            b.host,
+            gib(b.weights),
+            gib(b.kv_min) + floor,
+            gib(b.overhead),
+            gib(b.need),
+            gib(b.budget),
+            gib(b.headroom),
+            style=style,
         )
     console.print(table)
     if not verdict.violations:
@@ -53,5 +61,7 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
         )
         console.print(f"[{color}]{v.severity.upper()}[/] [bold]{v.rule}[/] {where}: {v.message}", highlight=False)
     status = "[green]ok[/]" if verdict.ok else "[red]denied[/]"
-    console.print(f"{status}: {sum(v.severity == 'deny' for v in verdict.violations)} deny, "
-                  f"{sum(v.severity == 'warn' for v in verdict.violations)} warn")
+    console.print(
+        f"{status}: {sum(v.severity == 'deny' for v in verdict.violations)} deny, "
+        f"{sum(v.severity == 'warn' for v in verdict.violations)} warn"
+    )

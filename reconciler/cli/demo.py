@@ -76,11 +76,16 @@ def loopback_base(salt: int = 0) -> str:
     return f"127.{100 + n % 150}.{n // 150 % 250}."
 
 
-async def start_sim(loaded: LoadedCommit, workdir: Path, *, base_address: str | None = None,
-                    clone: Path | None = None) -> DemoEnv:
+async def start_sim(
+    loaded: LoadedCommit, workdir: Path, *, base_address: str | None = None, clone: Path | None = None
+) -> DemoEnv:
     """Simulated Sparks for every host of `loaded`, and a reconciler wired to them."""
-    fleet = SimFleet(sorted(loaded.desired.hosts), registry=registry_for(loaded), work_dir=workdir / "sim",
-                     base_address=base_address or loopback_base())
+    fleet = SimFleet(
+        sorted(loaded.desired.hosts),
+        registry=registry_for(loaded),
+        work_dir=workdir / "sim",
+        base_address=base_address or loopback_base(),
+    )
     await fleet.__aenter__()
     add_models(fleet, loaded)
     secrets = workdir / "secrets"
@@ -130,7 +135,9 @@ def demo(
         try:
             loaded = load_commit(env.clone)
             if not as_json:
-                console.print(f"simulated Sparks: {', '.join(f'{n}={t.address}:{t.port}' for n, t in env.fleet.targets.items())}")
+                console.print(
+                    f"simulated Sparks: {', '.join(f'{n}={t.address}:{t.port}' for n, t in env.fleet.targets.items())}"
+                )
             first = await env.reconciler.run_cycle(loaded, progress=None if as_json else progress_printer(console))
             second = await env.reconciler.run_cycle(loaded, apply=False)
             rows = status_rows(env.store, loaded.desired)
@@ -158,19 +165,27 @@ def demo(
     raise typer.Exit(code)
 
 
-def report(first: CycleResult, second: CycleResult, rows: list[dict[str, Any]], elapsed: float, as_json: bool,
-           console: Console) -> None:
+def report(
+    first: CycleResult, second: CycleResult, rows: list[dict[str, Any]], elapsed: float, as_json: bool, console: Console
+) -> None:
     if as_json:
-        print(json.dumps({
-            "commit": first.commit,
-            "converged": converged(rows),
-            "seconds": round(elapsed, 2),
-            "second_plan_empty": second.plan.empty,
-            "lanes": rows,
-        }, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "commit": first.commit,
+                    "converged": converged(rows),
+                    "seconds": round(elapsed, 2),
+                    "second_plan_empty": second.plan.empty,
+                    "lanes": rows,
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return
     print_status(rows, Console())
     if not second.plan.empty:
         print_plan(second, console)
-    console.print(f"converged in {elapsed:.1f} s; a second cycle has "
-                  f"{'nothing to do' if second.plan.empty else 'changes'}")
+    console.print(
+        f"converged in {elapsed:.1f} s; a second cycle has {'nothing to do' if second.plan.empty else 'changes'}"
+    )

@@ -23,8 +23,10 @@ app = typer.Typer(
 
 @app.callback()
 def main(
-    log_level: Annotated[str, typer.Option("--log-level", envvar="LANES_LOG_LEVEL",
-                                           help="debug, info, warning, error (logs go to stderr)")] = "warning",
+    log_level: Annotated[
+        str,
+        typer.Option("--log-level", envvar="LANES_LOG_LEVEL", help="debug, info, warning, error (logs go to stderr)"),
+    ] = "warning",
 ) -> None:
     """GitOps reconciler for LLM inference lanes on DGX Spark (GB10) fleets."""
     configure(log_level)

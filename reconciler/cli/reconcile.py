@@ -23,11 +23,14 @@ from reconciler.transport.ssh import SSHTransport
 RepoOpt = Annotated[str, typer.Option("--repo", help="path of the state repository")]
 RevOpt = Annotated[str, typer.Option("--rev", help="commit, branch or tag to reconcile toward")]
 DbOpt = Annotated[Path, typer.Option("--db", envvar="LANES_DB", help="sqlite journal and status")]
-KnownHostsOpt = Annotated[Path, typer.Option("--known-hosts", envvar="LANES_KNOWN_HOSTS",
-                                             help="pinned host keys (no trust on first use)")]
+KnownHostsOpt = Annotated[
+    Path, typer.Option("--known-hosts", envvar="LANES_KNOWN_HOSTS", help="pinned host keys (no trust on first use)")
+]
 KeyOpt = Annotated[Path, typer.Option("--ssh-key", envvar="LANES_SSH_KEY", help="private key for the hosts")]
-SecretsOpt = Annotated[Path | None, typer.Option("--secrets-dir", envvar="LANES_SECRETS_DIR",
-                                                 help="folder of secret files, one per secret name")]
+SecretsOpt = Annotated[
+    Path | None,
+    typer.Option("--secrets-dir", envvar="LANES_SECRETS_DIR", help="folder of secret files, one per secret name"),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 
 DEFAULT_DB = Path(".lanes/lanes.db")
@@ -40,8 +43,13 @@ def plan_to_json(result: CycleResult) -> dict[str, Any]:
         "commit": result.commit,
         "changes": not result.plan.empty,
         "lanes": [
-            {"name": lp.lane, "action": lp.action, "reason": lp.reason, "hosts": list(lp.hosts),
-             "steps": [{"kind": s.kind, "describe": s.describe()} for s in lp.steps]}
+            {
+                "name": lp.lane,
+                "action": lp.action,
+                "reason": lp.reason,
+                "hosts": list(lp.hosts),
+                "steps": [{"kind": s.kind, "describe": s.describe()} for s in lp.steps],
+            }
             for lp in result.plan.lanes
         ],
         "unreachable": list(result.observed.unreachable()),
@@ -51,7 +59,8 @@ def plan_to_json(result: CycleResult) -> dict[str, Any]:
 def print_plan(result: CycleResult, console: Console) -> None:
     for lp in result.plan.lanes:
         color = {"deploy": "cyan", "stop": "magenta", "noop": "green", "denied": "red", "fail": "red"}.get(
-            lp.action, "yellow")
+            lp.action, "yellow"
+        )
         console.print(f"[{color}]{lp.action:7}[/] [bold]{lp.lane}[/]: {lp.reason}", highlight=False)
         for i, step in enumerate(lp.steps, 1):
             console.print(f"          {i}. {step.describe()}", highlight=False)
@@ -67,21 +76,20 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
         rec = records.get(name)
         lane = desired.lanes.get(name) if desired else None
         want = lane.desired if lane else (rec.desired if rec else "stopped")
-        if rec is None:
-            health = "stopped" if want == "stopped" else "progressing"
-        else:
-            health = rec.health
-        rows.append({
-            "name": name,
-            "desired": want,
-            "health": health,
-            "commit": rec.applied_commit if rec else None,
-            "desired_commit": rec.desired_commit if rec else (desired.commit if desired else None),
-            "hosts": list(lane.hosts if lane else (rec.hosts if rec else ())),
-            "last_error": rec.last_error if rec else None,
-            "timings": rec.timings if rec else {},
-            "updated": rec.updated if rec else None,
-        })
+        health = ("stopped" if want == "stopped" else "progressing") if rec is None else rec.health
+        rows.append(
+            {
+                "name": name,
+                "desired": want,
+                "health": health,
+                "commit": rec.applied_commit if rec else None,
+                "desired_commit": rec.desired_commit if rec else (desired.commit if desired else None),
+                "hosts": list(lane.hosts if lane else (rec.hosts if rec else ())),
+                "last_error": rec.last_error if rec else None,
+                "timings": rec.timings if rec else {},
+                "updated": rec.updated if rec else None,
+            }
+        )
     return rows
 
 
@@ -89,18 +97,31 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
     table = Table(title="lanes", title_justify="left")
     for col in ("lane", "desired", "health", "applied", "hosts", "ready in", "last error"):
         table.add_column(col, overflow="fold")
-    colors = {"healthy": "green", "progressing": "cyan", "degraded": "yellow", "failed": "red", "denied": "red",
-              "stopped": "dim"}
+    colors = {
+        "healthy": "green",
+        "progressing": "cyan",
+        "degraded": "yellow",
+        "failed": "red",
+        "denied": "red",
+        "stopped": "dim",
+    }
     for r in rows:
         ready = r["timings"].get("to_token")
-        table.add_row(r["name"], r["desired"], f"[{colors.get(r['health'], '')}]{r['health']}[/]",
-                      (r["commit"] or "")[:10], ",".join(r["hosts"]), f"{ready:.1f} s" if ready else "",
-                      (r["last_error"] or "")[:160])
+        table.add_row(
+            r["name"],
+            r["desired"],
+            f"[{colors.get(r['health'], '')}]{r['health']}[/]",
+            (r["commit"] or "")[:10],
+            ",".join(r["hosts"]),
+            f"{ready:.1f} s" if ready else "",
+            (r["last_error"] or "")[:160],
+        )
     console.print(table)
 
 
-def make_reconciler(db: Path, known_hosts: Path, key: Path, secrets_dir: Path | None,
-                    settings: CycleSettings | None = None) -> tuple[Reconciler, Store, SSHTransport]:
+def make_reconciler(
+    db: Path, known_hosts: Path, key: Path, secrets_dir: Path | None, settings: CycleSettings | None = None
+) -> tuple[Reconciler, Store, SSHTransport]:
     if not known_hosts.is_file():
         fail(f"known_hosts file {known_hosts} not found: pin every host key first (no trust on first use)")
     store = Store(db)
@@ -113,18 +134,25 @@ def progress_printer(console: Console) -> Any:
 
     def show(event: ProgressEvent) -> None:
         mark = {"started": "…", "done": "✓", "failed": "✗"}.get(event.status, "·")
-        console.print(f"[dim]{time.monotonic() - t0:7.1f}s[/] {mark} [bold]{event.lane}[/] {event.step}: "
-                      f"{event.detail}", highlight=False)
+        console.print(
+            f"[dim]{time.monotonic() - t0:7.1f}s[/] {mark} [bold]{event.lane}[/] {event.step}: {event.detail}",
+            highlight=False,
+        )
 
     return show
 
 
 @handle_errors
-def plan_cmd(repo: RepoOpt = ".", rev: RevOpt = "HEAD", db: DbOpt = DEFAULT_DB,
-             known_hosts: KnownHostsOpt = DEFAULT_KNOWN_HOSTS, ssh_key: KeyOpt = DEFAULT_KEY,
-             secrets_dir: SecretsOpt = None, as_json: JsonOpt = False,
-             exit_code: Annotated[bool, typer.Option("--exit-code", help="exit 1 when changes are pending")] = False,
-             ) -> None:
+def plan_cmd(
+    repo: RepoOpt = ".",
+    rev: RevOpt = "HEAD",
+    db: DbOpt = DEFAULT_DB,
+    known_hosts: KnownHostsOpt = DEFAULT_KNOWN_HOSTS,
+    ssh_key: KeyOpt = DEFAULT_KEY,
+    secrets_dir: SecretsOpt = None,
+    as_json: JsonOpt = False,
+    exit_code: Annotated[bool, typer.Option("--exit-code", help="exit 1 when changes are pending")] = False,
+) -> None:
     """Show what apply would do: probe every host once, diff, print the steps."""
     loaded = load_commit(repo, rev)
     reconciler, store, transport = make_reconciler(db, known_hosts, ssh_key, secrets_dir)
@@ -145,12 +173,17 @@ def plan_cmd(repo: RepoOpt = ".", rev: RevOpt = "HEAD", db: DbOpt = DEFAULT_DB,
 
 
 @handle_errors
-def apply_cmd(repo: RepoOpt = ".", rev: RevOpt = "HEAD", db: DbOpt = DEFAULT_DB,
-              known_hosts: KnownHostsOpt = DEFAULT_KNOWN_HOSTS, ssh_key: KeyOpt = DEFAULT_KEY,
-              secrets_dir: SecretsOpt = None, as_json: JsonOpt = False,
-              lane: Annotated[list[str] | None, typer.Option("--lane", help="apply only this lane (repeatable)")] = None,
-              yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask before applying")] = False,
-              ) -> None:
+def apply_cmd(
+    repo: RepoOpt = ".",
+    rev: RevOpt = "HEAD",
+    db: DbOpt = DEFAULT_DB,
+    known_hosts: KnownHostsOpt = DEFAULT_KNOWN_HOSTS,
+    ssh_key: KeyOpt = DEFAULT_KEY,
+    secrets_dir: SecretsOpt = None,
+    as_json: JsonOpt = False,
+    lane: Annotated[list[str] | None, typer.Option("--lane", help="apply only this lane (repeatable)")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask before applying")] = False,
+) -> None:
     """Converge the hosts toward a commit: ordered, health-gated, rolled back on failure."""
     loaded = load_commit(repo, rev)
     reconciler, store, transport = make_reconciler(db, known_hosts, ssh_key, secrets_dir)
@@ -174,8 +207,13 @@ def apply_cmd(repo: RepoOpt = ".", rev: RevOpt = "HEAD", db: DbOpt = DEFAULT_DB,
     rows = status_rows(store, loaded.desired)
     store.close()
     if as_json:
-        print(json.dumps({"commit": result.commit, "results": [r.__dict__ for r in result.results], "lanes": rows},
-                         indent=2, default=str))
+        print(
+            json.dumps(
+                {"commit": result.commit, "results": [r.__dict__ for r in result.results], "lanes": rows},
+                indent=2,
+                default=str,
+            )
+        )
     else:
         print_status(rows, console)
     raise typer.Exit(EXIT_OK if result.ok else EXIT_DENY)
@@ -187,7 +225,7 @@ def status_cmd(repo: RepoOpt = ".", rev: RevOpt = "HEAD", db: DbOpt = DEFAULT_DB
     desired: DesiredState | None = None
     try:
         desired = load_commit(repo, rev).desired
-    except Exception:  # noqa: BLE001 - status must still show the journal when the repo is unreadable
+    except Exception:
         desired = None
     store = Store(db)
     rows = status_rows(store, desired)
@@ -199,8 +237,9 @@ def status_cmd(repo: RepoOpt = ".", rev: RevOpt = "HEAD", db: DbOpt = DEFAULT_DB
 
 
 @handle_errors
-def retry_cmd(lane: Annotated[str, typer.Argument(help="lane whose failed spec may be tried again")],
-              db: DbOpt = DEFAULT_DB) -> None:
+def retry_cmd(
+    lane: Annotated[str, typer.Argument(help="lane whose failed spec may be tried again")], db: DbOpt = DEFAULT_DB
+) -> None:
     """Allow a lane's failed spec to be applied again on the next apply or cycle."""
     store = Store(db)
     cleared = store.clear_failed(lane)

@@ -21,7 +21,21 @@ from reconciler.engines.base import (
 from reconciler.engines.registry import RENDERERS, render_lane, render_rank, start_groups
 
 __all__ = [
-    "HF_CACHE_TARGET", "LABEL_COMMIT", "LABEL_ENGINE", "LABEL_LANE", "LABEL_MANAGED", "LABEL_PORT",
-    "LABEL_RANK", "LABEL_SPEC", "RENDERERS", "ContainerSpec", "RankContext", "compute_spec_hash",
-    "container_name", "docker_run_argv", "render_lane", "render_rank", "start_groups",
+    "HF_CACHE_TARGET",
+    "LABEL_COMMIT",
+    "LABEL_ENGINE",
+    "LABEL_LANE",
+    "LABEL_MANAGED",
+    "LABEL_PORT",
+    "LABEL_RANK",
+    "LABEL_SPEC",
+    "RENDERERS",
+    "ContainerSpec",
+    "RankContext",
+    "compute_spec_hash",
+    "container_name",
+    "docker_run_argv",
+    "render_lane",
+    "render_rank",
+    "start_groups",
 ]

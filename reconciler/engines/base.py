@@ -219,9 +219,7 @@ def seal(
             )
     env_file = f"{ctx.fleet.state_dir_on_host}/env/{name}.env" if secret_env else None
     if image.startswith("-"):
-        raise InputError(
-            f"lane '{lane.name}': image {image!r} would be read as a docker option", field="image"
-        )
+        raise InputError(f"lane '{lane.name}': image {image!r} would be read as a docker option", field="image")
     labels = {
         LABEL_MANAGED: "true",
         LABEL_LANE: lane.name,
@@ -283,8 +281,21 @@ def _refuse_nul(lane: str, values: Iterable[str]) -> None:
 
 def docker_run_argv(spec: ContainerSpec) -> list[str]:
     """The `docker run` argv for a spec: exactly the flag subset the simulated runtime implements."""
-    argv = ["docker", "run", "-d", "--name", spec.name, "--restart", "no", "--gpus", spec.gpus,
-            "--network", spec.network, "--ipc", spec.ipc]
+    argv = [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        spec.name,
+        "--restart",
+        "no",
+        "--gpus",
+        spec.gpus,
+        "--network",
+        spec.network,
+        "--ipc",
+        spec.ipc,
+    ]
     if spec.shm_size is not None:
         argv += ["--shm-size", spec.shm_size]
     for key, value in spec.labels:

@@ -33,18 +33,26 @@ def render(ctx: RankContext) -> ContainerSpec:
     lane = ctx.lane
     argv = [
         "serve",
-        "--model", ctx.model.path,
-        "--served-model-name", lane.served_name,
-        "--host", BIND_ALL,
-        "--port", str(lane.port),
-        "--tp", str(lane.tp),
+        "--model",
+        ctx.model.path,
+        "--served-model-name",
+        lane.served_name,
+        "--host",
+        BIND_ALL,
+        "--port",
+        str(lane.port),
+        "--tp",
+        str(lane.tp),
     ]
     if lane.pp > 1:
         argv += ["--pp", str(lane.pp)]
     argv += [
-        "--max-model-len", str(lane.max_model_len),
-        "--max-num-seqs", str(lane.max_num_seqs),
-        "--gpu-memory-utilization", str(lane.gpu_memory_utilization),
+        "--max-model-len",
+        str(lane.max_model_len),
+        "--max-num-seqs",
+        str(lane.max_num_seqs),
+        "--gpu-memory-utilization",
+        str(lane.gpu_memory_utilization),
     ]
     if lane.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", lane.kv_cache_dtype]

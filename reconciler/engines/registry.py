@@ -17,12 +17,14 @@ from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
 Renderer = Callable[[RankContext], ContainerSpec]
 StartOrder = Callable[[Lane], list[tuple[int, ...]]]
 
-RENDERERS: Mapping[str, Renderer] = MappingProxyType({
-    "sglang": sglang.render,
-    "vllm": vllm.render,
-    "flare": flare.render,
-    "generic": generic.render,
-})
+RENDERERS: Mapping[str, Renderer] = MappingProxyType(
+    {
+        "sglang": sglang.render,
+        "vllm": vllm.render,
+        "flare": flare.render,
+        "generic": generic.render,
+    }
+)
 START_ORDERS: Mapping[str, StartOrder] = MappingProxyType({"vllm": vllm.start_groups})
 
 
@@ -32,9 +34,7 @@ def render_rank(ctx: RankContext) -> ContainerSpec:
     if not 0 <= ctx.rank < lane.ranks:
         raise ValueError(f"lane '{lane.name}' has ranks 0..{lane.ranks - 1}, not {ctx.rank}")
     if ctx.host.name != lane.hosts[ctx.rank]:
-        raise ValueError(
-            f"rank {ctx.rank} of lane '{lane.name}' runs on {lane.hosts[ctx.rank]}, not {ctx.host.name}"
-        )
+        raise ValueError(f"rank {ctx.rank} of lane '{lane.name}' runs on {lane.hosts[ctx.rank]}, not {ctx.host.name}")
     if ctx.model.name != lane.model:
         raise ValueError(f"lane '{lane.name}' serves model '{lane.model}', not '{ctx.model.name}'")
     return RENDERERS[lane.engine](ctx)

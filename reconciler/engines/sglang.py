@@ -45,12 +45,18 @@ def kv_cache_dtype(ctx: RankContext) -> str | None:
 def render(ctx: RankContext) -> ContainerSpec:
     lane = ctx.lane
     argv = [
-        "-m", "sglang.launch_server",
-        "--model-path", ctx.model.path,
-        "--served-model-name", lane.served_name,
-        "--host", BIND_ALL,
-        "--port", str(lane.port),
-        "--tp-size", str(lane.tp),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        ctx.model.path,
+        "--served-model-name",
+        lane.served_name,
+        "--host",
+        BIND_ALL,
+        "--port",
+        str(lane.port),
+        "--tp-size",
+        str(lane.tp),
     ]
     if lane.pp > 1:
         argv += ["--pp-size", str(lane.pp)]
@@ -59,9 +65,12 @@ def render(ctx: RankContext) -> ContainerSpec:
     if lane.dcp > 1:
         argv += ["--dcp-size", str(lane.dcp)]
     argv += [
-        "--mem-fraction-static", str(lane.gpu_memory_utilization),
-        "--context-length", str(lane.max_model_len),
-        "--max-running-requests", str(lane.max_num_seqs),
+        "--mem-fraction-static",
+        str(lane.gpu_memory_utilization),
+        "--context-length",
+        str(lane.max_model_len),
+        "--max-running-requests",
+        str(lane.max_num_seqs),
     ]
     dtype = kv_cache_dtype(ctx)
     if dtype is not None:
@@ -69,9 +78,12 @@ def render(ctx: RankContext) -> ContainerSpec:
     engine_env: dict[str, str] = {}
     if ctx.multi_node:
         argv += [
-            "--nnodes", str(ctx.ranks),
-            "--node-rank", str(ctx.rank),
-            "--dist-init-addr", f"{ctx.head_address}:{ctx.dist_port}",
+            "--nnodes",
+            str(ctx.ranks),
+            "--node-rank",
+            str(ctx.rank),
+            "--dist-init-addr",
+            f"{ctx.head_address}:{ctx.dist_port}",
         ]
         engine_env["SGLANG_HOST_IP"] = ctx.address
     argv += lane.args

@@ -56,11 +56,16 @@ def serve_argv(ctx: RankContext) -> list[str]:
     """`vllm serve` and the lane's serving flags, before any multi-node flag and the lane's args."""
     lane = ctx.lane
     argv = [
-        "serve", ctx.model.path,
-        "--served-model-name", lane.served_name,
-        "--host", BIND_ALL,
-        "--port", str(lane.port),
-        "--tensor-parallel-size", str(lane.tp),
+        "serve",
+        ctx.model.path,
+        "--served-model-name",
+        lane.served_name,
+        "--host",
+        BIND_ALL,
+        "--port",
+        str(lane.port),
+        "--tensor-parallel-size",
+        str(lane.tp),
     ]
     if lane.pp > 1:
         argv += ["--pipeline-parallel-size", str(lane.pp)]
@@ -91,10 +96,14 @@ def _render_native(ctx: RankContext) -> ContainerSpec:
     argv = serve_argv(ctx)
     if ctx.multi_node:
         argv += [
-            "--nnodes", str(ctx.ranks),
-            "--node-rank", str(ctx.rank),
-            "--master-addr", ctx.head_address,
-            "--master-port", str(ctx.dist_port),
+            "--nnodes",
+            str(ctx.ranks),
+            "--node-rank",
+            str(ctx.rank),
+            "--master-addr",
+            ctx.head_address,
+            "--master-port",
+            str(ctx.dist_port),
         ]
         if not ctx.is_head:
             argv.append("--headless")
@@ -112,14 +121,24 @@ def _render_ray(ctx: RankContext) -> ContainerSpec:
     }
     if ctx.is_head:
         argv = [
-            "-c", RAY_HEAD_SCRIPT, RAY_HEAD_ARGV0, str(ctx.ray_port), ctx.address,
-            "vllm", *serve_argv(ctx), "--distributed-executor-backend", "ray", *ctx.lane.args,
+            "-c",
+            RAY_HEAD_SCRIPT,
+            RAY_HEAD_ARGV0,
+            str(ctx.ray_port),
+            ctx.address,
+            "vllm",
+            *serve_argv(ctx),
+            "--distributed-executor-backend",
+            "ray",
+            *ctx.lane.args,
         ]
         return seal(ctx, image=ctx.lane.image, entrypoint="/bin/sh", command=argv, engine_env=env)
     argv = [
         "start",
-        "--address", f"{ctx.head_address}:{ctx.ray_port}",
-        "--node-ip-address", ctx.address,
+        "--address",
+        f"{ctx.head_address}:{ctx.ray_port}",
+        "--node-ip-address",
+        ctx.address,
         f"--object-store-memory={RAY_OBJECT_STORE_BYTES}",
         "--disable-usage-stats",
         "--block",

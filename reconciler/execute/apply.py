@@ -12,9 +12,11 @@ they run concurrently and one failing never blocks another.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from reconciler.engines import ContainerSpec
 from reconciler.errors import LanesError
@@ -68,7 +70,7 @@ class ExecutorConfig:
     watch_interval_s: float = 5.0
 
 
-class _StepFailed(Exception):
+class _StepFailedError(Exception):
     def __init__(self, step: str, message: str, *, touched: bool) -> None:
         super().__init__(message)
         self.step = step
@@ -76,8 +78,14 @@ class _StepFailed(Exception):
 
 
 class Executor:
-    def __init__(self, ops: HostOps, store: Store, secrets: SecretStore, config: ExecutorConfig,
-                 progress: ProgressFn | None = None) -> None:
+    def __init__(
+        self,
+        ops: HostOps,
+        store: Store,
+        secrets: SecretStore,
+        config: ExecutorConfig,
+        progress: ProgressFn | None = None,
+    ) -> None:
         self.ops = ops
         self.store = store
         self.secrets = secrets
@@ -115,8 +123,11 @@ class Executor:
         if lane is None and lp.action == "noop":
             return LaneResult(lp.lane, lp.action, "noop")
         rec = self.store.lane(lp.lane)
-        fields: dict[str, object] = {"desired": lane.desired if lane else "stopped", "desired_commit": lp.commit,
-                                     "hosts": lp.hosts}
+        fields: dict[str, object] = {
+            "desired": lane.desired if lane else "stopped",
+            "desired_commit": lp.commit,
+            "hosts": lp.hosts,
+        }
         if lp.action == "noop":
             health = "healthy" if lane is not None and lane.running else "stopped"
             fields.update(health=health, fingerprint=lp.fingerprint)
@@ -140,11 +151,13 @@ class Executor:
         self.store.update_lane(lp.lane, **fields)
         return LaneResult(lp.lane, lp.action, lp.action if lp.action != "fail" else "failed", lp.reason)
 
-    async def _run_step(self, run: str, lp: LanePlan, seq: int, step: Step, coro_fn: Callable[[], object]) -> None:
+    async def _run_step(
+        self, run: str, lp: LanePlan, seq: int, step: Step, coro_fn: Callable[[], Awaitable[None]]
+    ) -> None:
         step_id = self.store.step_started(run, lp.lane, lp.commit, seq, step.kind, {"describe": step.describe()})
         self.progress(ProgressEvent(lp.lane, step.kind, "started", step.describe()))
         try:
-            await coro_fn()  # type: ignore[misc]
+            await coro_fn()
         except BaseException as exc:
             self.store.step_finished(step_id, error=str(exc) or type(exc).__name__)
             self.progress(ProgressEvent(lp.lane, step.kind, "failed", str(exc)))
@@ -159,17 +172,24 @@ class Executor:
         try:
             for seq, step in enumerate(lp.steps):
                 if isinstance(step, AcquireLeases):
-                    await self._run_step(run, lp, seq, step, lambda s=step: self._lease(s.hosts, lease_file, leased))
+                    await self._run_step(run, lp, seq, step, partial(self._lease, step.hosts, lease_file, leased))
                 elif isinstance(step, StopContainers):
-                    await self._run_step(run, lp, seq, step, lambda s=step: self._stop(s))
-        except (LanesError, _StepFailed) as exc:
+                    await self._run_step(run, lp, seq, step, partial(self._stop, step))
+        except (LanesError, _StepFailedError) as exc:
             self.store.update_lane(lp.lane, last_error=str(exc), desired_commit=lp.commit)
             self.store.record_apply(run, lp.lane, lp.commit, None, "failed", str(exc), started, {})
             return LaneResult(lp.lane, "stop", "failed", str(exc))
         finally:
             await self._release(leased, lease_file)
-        self.store.update_lane(lp.lane, health="stopped", desired="stopped", desired_commit=lp.commit,
-                               applied_commit=lp.commit, last_error=None, fingerprint=None)
+        self.store.update_lane(
+            lp.lane,
+            health="stopped",
+            desired="stopped",
+            desired_commit=lp.commit,
+            applied_commit=lp.commit,
+            last_error=None,
+            fingerprint=None,
+        )
         self.store.record_apply(run, lp.lane, lp.commit, None, "stopped", None, started, {})
         return LaneResult(lp.lane, "stop", "stopped")
 
@@ -184,7 +204,7 @@ class Executor:
     async def _stop(self, step: StopContainers) -> None:
         errors = await gather_hosts([self.ops.stop_remove(c.host, c.name) for c in step.containers])
         if errors:
-            raise _StepFailed("stop", "; ".join(map(str, errors)), touched=True)
+            raise _StepFailedError("stop", "; ".join(map(str, errors)), touched=True)
 
     async def _deploy(self, lp: LanePlan, health: Health, lease_file: str) -> LaneResult:
         run = self.store.new_run()
@@ -195,28 +215,30 @@ class Executor:
         timings: dict[str, float] = {}
         touched = False
         before = self.store.lane(lp.lane)
-        self.store.update_lane(lp.lane, health="progressing", desired="running", desired_commit=lp.commit,
-                               hosts=lp.hosts)
+        self.store.update_lane(
+            lp.lane, health="progressing", desired="running", desired_commit=lp.commit, hosts=lp.hosts
+        )
         try:
             for seq, step in enumerate(lp.steps):
                 if isinstance(step, AcquireLeases):
-                    await self._run_step(run, lp, seq, step, lambda s=step: self._lease(s.hosts, lease_file, leased))
+                    await self._run_step(run, lp, seq, step, partial(self._lease, step.hosts, lease_file, leased))
                 elif isinstance(step, PullImages):
-                    await self._run_step(run, lp, seq, step, lambda s=step: self._pull(s))
+                    await self._run_step(run, lp, seq, step, partial(self._pull, step))
                 elif isinstance(step, WriteEnvFiles):
-                    await self._run_step(run, lp, seq, step, lambda s=step: self._env_files(s))
+                    await self._run_step(run, lp, seq, step, partial(self._env_files, step))
                 elif isinstance(step, StopContainers):
                     touched = True
-                    await self._run_step(run, lp, seq, step, lambda s=step: self._stop(s))
+                    await self._run_step(run, lp, seq, step, partial(self._stop, step))
                 elif isinstance(step, DropCaches):
-                    await self._run_step(run, lp, seq, step, lambda s=step: self._drop(s))
+                    await self._run_step(run, lp, seq, step, partial(self._drop, step))
                 elif isinstance(step, StartRanks):
                     touched = True
-                    await self._run_step(run, lp, seq, step, lambda s=step: self._start(s, started_ranks, timings, t0))
+                    await self._run_step(run, lp, seq, step, partial(self._start, step, started_ranks, timings, t0))
                 elif isinstance(step, WaitReady):
-                    await self._run_step(run, lp, seq, step,
-                                         lambda s=step: self._gate(s, health, started_ranks, timings, t0))
-        except (LanesError, _StepFailed, OSError) as exc:
+                    await self._run_step(
+                        run, lp, seq, step, partial(self._gate, step, health, started_ranks, timings, t0)
+                    )
+        except (LanesError, _StepFailedError, OSError) as exc:
             message = str(exc)
             if not touched:
                 # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
@@ -231,9 +253,15 @@ class Executor:
         await self._release(leased, lease_file)
         timings["total"] = round(time.monotonic() - t0, 3)
         self.store.update_lane(
-            lp.lane, health="healthy", applied_commit=lp.commit, fingerprint=lp.fingerprint, last_error=None,
-            failed_fingerprint=None, healthy_specs=[spec_to_json(h, s) for h, s in lp.specs],
-            healthy_commit=lp.commit, timings=timings,
+            lp.lane,
+            health="healthy",
+            applied_commit=lp.commit,
+            fingerprint=lp.fingerprint,
+            last_error=None,
+            failed_fingerprint=None,
+            healthy_specs=[spec_to_json(h, s) for h, s in lp.specs],
+            healthy_commit=lp.commit,
+            timings=timings,
         )
         self.store.record_apply(run, lp.lane, lp.commit, lp.fingerprint, "applied", None, started, timings)
         return LaneResult(lp.lane, "deploy", "applied", None, timings)
@@ -241,7 +269,7 @@ class Executor:
     async def _pull(self, step: PullImages) -> None:
         errors = await gather_hosts([self.ops.pull(h, image) for h, image in step.pulls])
         if errors:
-            raise _StepFailed("pull", "; ".join(map(str, errors)), touched=False)
+            raise _StepFailedError("pull", "; ".join(map(str, errors)), touched=False)
 
     async def _env_files(self, step: WriteEnvFiles) -> None:
         for host, path, pairs in step.files:
@@ -251,8 +279,9 @@ class Executor:
     async def _drop(self, step: DropCaches) -> None:
         await gather_hosts([self.ops.drop_caches(h) for h in step.hosts])
 
-    async def _start(self, step: StartRanks, started_ranks: list[tuple[str, ContainerSpec]],
-                     timings: dict[str, float], t0: float) -> None:
+    async def _start(
+        self, step: StartRanks, started_ranks: list[tuple[str, ContainerSpec]], timings: dict[str, float], t0: float
+    ) -> None:
         stamps: list[float] = []
 
         async def one(host: str, spec: ContainerSpec) -> None:
@@ -265,18 +294,23 @@ class Executor:
             skew = max(stamps) - min(stamps)
             timings["start_skew"] = round(max(timings.get("start_skew", 0.0), skew), 3)
         if errors:
-            raise _StepFailed("start", "; ".join(map(str, errors)), touched=True)
+            raise _StepFailedError("start", "; ".join(map(str, errors)), touched=True)
 
-    async def _gate(self, step: WaitReady, health: Health, ranks: list[tuple[str, ContainerSpec]],
-                    timings: dict[str, float], t0: float) -> None:
+    async def _gate(
+        self,
+        step: WaitReady,
+        health: Health,
+        ranks: list[tuple[str, ContainerSpec]],
+        timings: dict[str, float],
+        t0: float,
+    ) -> None:
         died = asyncio.Event()
         dead: list[str] = []
 
         async def watch() -> None:
             while True:
                 await asyncio.sleep(self.config.watch_interval_s)
-                states = await asyncio.gather(*(self.ops.state(h, s.name) for h, s in ranks),
-                                              return_exceptions=True)
+                states = await asyncio.gather(*(self.ops.state(h, s.name) for h, s in ranks), return_exceptions=True)
                 for (host, spec), state in zip(ranks, states, strict=True):
                     if isinstance(state, str) and state not in {"running", "created"}:
                         dead.append(f"{spec.name}@{host} is {state}")
@@ -286,21 +320,28 @@ class Executor:
 
         watcher = asyncio.create_task(watch())
         try:
-            gate: GateResult = await wait_ready(self.ops.targets[step.host].address, step.port, step.served_model, health,
-                                                started=t0, died=died)
+            gate: GateResult = await wait_ready(
+                self.ops.targets[step.host].address, step.port, step.served_model, health, started=t0, died=died
+            )
         finally:
             watcher.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, LanesError):
                 await watcher
-            except (asyncio.CancelledError, LanesError):
-                pass
         timings.update({f"to_{k}" if k != "startup_ttft" else k: v for k, v in gate.timings.items()})
         if not gate.ok:
             why = f"{gate.error}" + (f" ({'; '.join(dead)})" if dead else "")
-            raise _StepFailed("wait-ready", f"readiness gate failed at stage '{gate.stage}': {why}", touched=True)
+            raise _StepFailedError("wait-ready", f"readiness gate failed at stage '{gate.stage}': {why}", touched=True)
 
-    async def _rollback(self, run: str, lp: LanePlan, started_ranks: list[tuple[str, ContainerSpec]], message: str,
-                        health: Health, started: float, timings: dict[str, float]) -> LaneResult:
+    async def _rollback(
+        self,
+        run: str,
+        lp: LanePlan,
+        started_ranks: list[tuple[str, ContainerSpec]],
+        message: str,
+        health: Health,
+        started: float,
+        timings: dict[str, float],
+    ) -> LaneResult:
         self.progress(ProgressEvent(lp.lane, "rollback", "started", message))
         step_id = self.store.step_started(run, lp.lane, lp.commit, 1000, "rollback", {"error": message})
         logs: dict[str, str] = {}
@@ -315,14 +356,14 @@ class Executor:
             try:
                 errors = await gather_hosts([self.ops.start(h, s) for h, s in previous])
                 if errors:
-                    raise _StepFailed("restore", "; ".join(map(str, errors)), touched=True)
+                    raise _StepFailedError("restore", "; ".join(map(str, errors)), touched=True)
                 head_host, head = previous[0]
                 address = self.ops.targets[head_host].address
                 port = int(dict(head.labels).get("lanes.port", "8000"))
                 gate = await wait_ready(address, port, _served_name(head), health)
                 restored_ok = gate.ok
                 restore_error = gate.error or ""
-            except (LanesError, _StepFailed, OSError) as exc:
+            except (LanesError, _StepFailedError, OSError) as exc:
                 restore_error = str(exc)
         self.store.step_finished(step_id, error=None if restored_ok else (restore_error or "no previous spec"))
         if restored_ok:
@@ -331,8 +372,13 @@ class Executor:
         else:
             health_now, result = "failed", "failed"
             error = message + (f"; restoring the previous spec failed: {restore_error}" if previous else "")
-        self.store.update_lane(lp.lane, health=health_now, last_error=error, failed_fingerprint=lp.fingerprint,
-                               fingerprint=rec.fingerprint if (rec and restored_ok) else None)
+        self.store.update_lane(
+            lp.lane,
+            health=health_now,
+            last_error=error,
+            failed_fingerprint=lp.fingerprint,
+            fingerprint=rec.fingerprint if (rec and restored_ok) else None,
+        )
         self.store.record_apply(run, lp.lane, lp.commit, lp.fingerprint, result, error, started, timings, logs)
         self.progress(ProgressEvent(lp.lane, "rollback", "done" if restored_ok else "failed", error))
         return LaneResult(lp.lane, "deploy", result, error, timings, logs)

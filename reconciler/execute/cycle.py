@@ -76,28 +76,52 @@ class Reconciler:
         self.secrets = secrets
         self.settings = settings
 
-    async def observe_and_plan(self, loaded: LoadedCommit, only_lanes: frozenset[str] | None = None
-                               ) -> tuple[Verdict, ObservedFleet, Plan, dict[str, HostTarget]]:
+    async def observe_and_plan(
+        self, loaded: LoadedCommit, only_lanes: frozenset[str] | None = None
+    ) -> tuple[Verdict, ObservedFleet, Plan, dict[str, HostTarget]]:
         desired = loaded.desired
         verdict = evaluate(desired, loaded.policies)
         targets = targets_for(desired, self.settings.overrides)
-        observed = await observe(desired, self.transport, targets, timeout=self.settings.probe_timeout_s,
-                                 concurrency=self.settings.concurrency)
-        options = PlanOptions(owner=self.settings.owner, drop_caches=self.settings.drop_caches,
-                              failed=self.store.failed_fingerprints(), only_lanes=only_lanes)
+        observed = await observe(
+            desired,
+            self.transport,
+            targets,
+            timeout=self.settings.probe_timeout_s,
+            concurrency=self.settings.concurrency,
+        )
+        options = PlanOptions(
+            owner=self.settings.owner,
+            drop_caches=self.settings.drop_caches,
+            failed=self.store.failed_fingerprints(),
+            only_lanes=only_lanes,
+        )
         return verdict, observed, plan(desired, observed, verdict, options), targets
 
-    async def run_cycle(self, loaded: LoadedCommit, *, apply: bool = True, only_lanes: frozenset[str] | None = None,
-                        progress: ProgressFn | None = None) -> CycleResult:
+    async def run_cycle(
+        self,
+        loaded: LoadedCommit,
+        *,
+        apply: bool = True,
+        only_lanes: frozenset[str] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> CycleResult:
         verdict, observed, the_plan, targets = await self.observe_and_plan(loaded, only_lanes)
         result = CycleResult(loaded.commit, verdict, observed, the_plan)
         if not apply:
             return result
-        ops = HostOps(self.transport, targets, timeout=self.settings.command_timeout_s,
-                      pull_timeout=self.settings.pull_timeout_s)
-        executor = Executor(ops, self.store, self.secrets,
-                            ExecutorConfig(owner=self.settings.owner, lease_ttl_s=loaded.desired.fleet.lease_ttl_s,
-                                           watch_interval_s=self.settings.watch_interval_s),
-                            progress)
+        ops = HostOps(
+            self.transport, targets, timeout=self.settings.command_timeout_s, pull_timeout=self.settings.pull_timeout_s
+        )
+        executor = Executor(
+            ops,
+            self.store,
+            self.secrets,
+            ExecutorConfig(
+                owner=self.settings.owner,
+                lease_ttl_s=loaded.desired.fleet.lease_ttl_s,
+                watch_interval_s=self.settings.watch_interval_s,
+            ),
+            progress,
+        )
         result.results = await executor.apply(the_plan, loaded.desired, lease_file(loaded.desired))
         return result

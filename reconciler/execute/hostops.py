@@ -7,8 +7,9 @@ visible in one place and built from argv lists only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 
 from reconciler.engines import ContainerSpec, docker_run_argv
 from reconciler.errors import LanesError, PermanentError
@@ -18,18 +19,27 @@ from reconciler.transport.base import HostTarget, Transport
 
 
 class HostOps:
-    def __init__(self, transport: Transport, targets: Mapping[str, HostTarget], *, timeout: float = 60.0,
-                 pull_timeout: float = 1800.0, stop_timeout_s: int = 30) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        targets: Mapping[str, HostTarget],
+        *,
+        timeout: float = 60.0,
+        pull_timeout: float = 1800.0,
+        stop_timeout_s: int = 30,
+    ) -> None:
         self.transport = transport
         self.targets = targets
         self.timeout = timeout
         self.pull_timeout = pull_timeout
         self.stop_timeout_s = stop_timeout_s
 
-    async def run(self, host: str, argv: list[str], *, input: str | None = None, timeout: float | None = None,
-                  check: bool = True) -> str:
-        result = await self.transport.run(self.targets[host], argv, input=input, timeout=timeout or self.timeout,
-                                          check=check)
+    async def run(
+        self, host: str, argv: list[str], *, input: str | None = None, timeout: float | None = None, check: bool = True
+    ) -> str:
+        result = await self.transport.run(
+            self.targets[host], argv, input=input, timeout=timeout or self.timeout, check=check
+        )
         return result.stdout
 
     async def acquire_lease(self, host: str, lease_file: str, owner: str, ttl_s: int) -> None:
@@ -41,11 +51,11 @@ class HostOps:
             raise PermanentError(f"{host}: lease held by {holder} ({result.stderr.strip() or 'busy'})")
 
     async def release_lease(self, host: str, lease_file: str, owner: str) -> None:
-        try:
-            await self.transport.run(self.targets[host], lease_argv("release", lease_file, owner, 0),
-                                     timeout=self.timeout, check=False)
-        except LanesError:
-            pass  # an expiring lease frees the host anyway
+        # An expiring lease frees the host anyway, so a failed release is not an error.
+        with contextlib.suppress(LanesError):
+            await self.transport.run(
+                self.targets[host], lease_argv("release", lease_file, owner, 0), timeout=self.timeout, check=False
+            )
 
     async def pull(self, host: str, image: str) -> None:
         await self.run(host, ["docker", "pull", image], timeout=self.pull_timeout)
@@ -64,8 +74,12 @@ class HostOps:
         await self.run(host, envfile_argv(path), input=content)
 
     async def stop_remove(self, host: str, name: str) -> None:
-        await self.run(host, ["docker", "stop", "-t", str(self.stop_timeout_s), name],
-                       timeout=self.stop_timeout_s + self.timeout, check=False)
+        await self.run(
+            host,
+            ["docker", "stop", "-t", str(self.stop_timeout_s), name],
+            timeout=self.stop_timeout_s + self.timeout,
+            check=False,
+        )
         await self.run(host, ["docker", "rm", "-f", name], check=False)
 
     async def start(self, host: str, spec: ContainerSpec) -> None:
@@ -84,16 +98,17 @@ class HostOps:
 
     async def logs(self, host: str, name: str, tail: int) -> str:
         try:
-            result = await self.transport.run(self.targets[host], ["docker", "logs", "--tail", str(tail), name],
-                                              timeout=self.timeout, check=False)
+            result = await self.transport.run(
+                self.targets[host], ["docker", "logs", "--tail", str(tail), name], timeout=self.timeout, check=False
+            )
         except LanesError as exc:
             return f"(logs unavailable: {exc})"
         return (result.stdout + result.stderr)[-8000:]
 
 
-async def gather_hosts(coros: list[asyncio.Future[None]] | list[object]) -> list[BaseException]:
+async def gather_hosts(coros: Sequence[Awaitable[object]]) -> list[BaseException]:
     """Run per-host operations in parallel; return their errors instead of raising the first."""
-    results = await asyncio.gather(*coros, return_exceptions=True)  # type: ignore[arg-type]
+    results = await asyncio.gather(*coros, return_exceptions=True)
     errors = [r for r in results if isinstance(r, BaseException)]
     for err in errors:
         if isinstance(err, asyncio.CancelledError | KeyboardInterrupt | SystemExit):

@@ -10,6 +10,7 @@ completion returns a token.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -30,18 +31,23 @@ class GateResult:
 async def _port_open(address: str, port: int, timeout: float) -> bool:
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(address, port), timeout)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return False
     writer.close()
-    try:
+    with contextlib.suppress(OSError):
         await writer.wait_closed()
-    except OSError:
-        pass
     return True
 
 
-async def wait_ready(address: str, port: int, served_model: str, health: Health, *,
-                     started: float | None = None, died: asyncio.Event | None = None) -> GateResult:
+async def wait_ready(
+    address: str,
+    port: int,
+    served_model: str,
+    health: Health,
+    *,
+    started: float | None = None,
+    died: asyncio.Event | None = None,
+) -> GateResult:
     """Walk the stages; the caller sets `died` when a rank exited, to fail fast."""
     t0 = started if started is not None else time.monotonic()
     timings: dict[str, float] = {}
@@ -84,8 +90,13 @@ async def wait_ready(address: str, port: int, served_model: str, health: Health,
             return True if served_model in ids else f"/v1/models lists {ids}, not '{served_model}'"
 
         async def token_probe() -> bool | str:
-            body = {"model": served_model, "prompt": "Say hello", "max_tokens": 4, "stream": True,
-                    "stream_options": {"include_usage": True}}
+            body = {
+                "model": served_model,
+                "prompt": "Say hello",
+                "max_tokens": 4,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
             sent = time.monotonic()
             async with client.stream("POST", base + "/v1/completions", json=body) as r:
                 if r.status_code != 200:

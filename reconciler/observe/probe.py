@@ -35,8 +35,9 @@ def model_paths_by_host(desired: DesiredState) -> dict[str, list[str]]:
     return {host: sorted(p) for host, p in paths.items()}
 
 
-async def probe_host(transport: Transport, target: HostTarget, desired: DesiredState, paths: list[str],
-                     timeout: float) -> ObservedHost:
+async def probe_host(
+    transport: Transport, target: HostTarget, desired: DesiredState, paths: list[str], timeout: float
+) -> ObservedHost:
     argv = probe_argv(paths, lease_file(desired), desired.fleet.hf_cache)
     try:
         result = await transport.run(target, argv, timeout=timeout, check=True)
@@ -45,8 +46,14 @@ async def probe_host(transport: Transport, target: HostTarget, desired: DesiredS
         return ObservedHost.unreachable(target.name, str(exc))
 
 
-async def observe(desired: DesiredState, transport: Transport, targets: Mapping[str, HostTarget], *,
-                  timeout: float = 30.0, concurrency: int = 128) -> ObservedFleet:
+async def observe(
+    desired: DesiredState,
+    transport: Transport,
+    targets: Mapping[str, HostTarget],
+    *,
+    timeout: float = 30.0,
+    concurrency: int = 128,
+) -> ObservedFleet:
     paths = model_paths_by_host(desired)
     gate = asyncio.Semaphore(concurrency)
 

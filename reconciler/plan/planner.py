@@ -67,7 +67,9 @@ def plan(desired: DesiredState, observed: ObservedFleet, verdict: Verdict, optio
     return Plan(commit=desired.commit, lanes=tuple(lane_plans))
 
 
-def _plan_lane(name: str, desired: DesiredState, observed: ObservedFleet, verdict: Verdict, opts: PlanOptions) -> LanePlan:
+def _plan_lane(
+    name: str, desired: DesiredState, observed: ObservedFleet, verdict: Verdict, opts: PlanOptions
+) -> LanePlan:
     lane = desired.lanes.get(name)
     current = observed.containers_of_lane(name)
     if lane is None or not lane.running:
@@ -83,33 +85,54 @@ def _plan_lane(name: str, desired: DesiredState, observed: ObservedFleet, verdic
     fp = fingerprint(specs)
     squatters = _squatters(lane, observed)
     if _in_sync(specs, current) and not squatters:
-        return LanePlan(name, "noop", "in sync", fingerprint=fp, specs=tuple(specs), hosts=lane.hosts,
-                        commit=desired.commit)
+        return LanePlan(
+            name, "noop", "in sync", fingerprint=fp, specs=tuple(specs), hosts=lane.hosts, commit=desired.commit
+        )
     if opts.failed.get(name) == fp:
         return LanePlan(
-            name, "blocked",
-            f"this spec ({fp}) failed its readiness gate before; not retried until the lane changes or `lanes retry {name}`",
-            fingerprint=fp, specs=tuple(specs), hosts=lane.hosts, commit=desired.commit,
+            name,
+            "blocked",
+            f"this spec ({fp}) failed its readiness gate before; "
+            f"not retried until the lane changes or `lanes retry {name}`",
+            fingerprint=fp,
+            specs=tuple(specs),
+            hosts=lane.hosts,
+            commit=desired.commit,
         )
     model = desired.models[lane.model]
     for host in lane.hosts:
         presence = observed.hosts[host].models.get(model.path)
         if presence is None or not presence.exists:
-            return LanePlan(name, "fail", f"model path {model.path} is missing on {host}; nothing was stopped",
-                            fingerprint=fp, specs=tuple(specs), hosts=lane.hosts, commit=desired.commit)
+            return LanePlan(
+                name,
+                "fail",
+                f"model path {model.path} is missing on {host}; nothing was stopped",
+                fingerprint=fp,
+                specs=tuple(specs),
+                hosts=lane.hosts,
+                commit=desired.commit,
+            )
     involved = _hosts_involved(lane, current)
     for host in involved:
         lease = observed.hosts[host].lease
         now = opts.now if opts.now is not None else (observed.hosts[host].probed_at or 0.0)
         if lease is not None and lease.held_by_other(opts.owner, now):
-            return LanePlan(name, "blocked", f"{host} is leased by {lease.owner} until {lease.expires:.0f}",
-                            fingerprint=fp, specs=tuple(specs), hosts=lane.hosts, commit=desired.commit)
+            return LanePlan(
+                name,
+                "blocked",
+                f"{host} is leased by {lease.owner} until {lease.expires:.0f}",
+                fingerprint=fp,
+                specs=tuple(specs),
+                hosts=lane.hosts,
+                commit=desired.commit,
+            )
     reason = _drift_reason(specs, current, squatters)
     steps: list[Step] = [AcquireLeases(involved)]
     steps.append(PullImages(tuple((host, spec.image) for host, spec in specs)))
     env_files = tuple(
         (host, spec.env_file, tuple((s.env, s.name) for s in lane.secrets))
-        for host, spec in specs if spec.env_file and lane.secrets
+        for host, spec in specs
+        if spec.env_file and lane.secrets
     )
     if env_files:
         steps.append(WriteEnvFiles(env_files))
@@ -121,15 +144,15 @@ def _plan_lane(name: str, desired: DesiredState, observed: ObservedFleet, verdic
     if opts.drop_caches:
         steps.append(DropCaches(lane.hosts))
     by_rank = dict(enumerate(specs))
-    for group in start_groups(lane):
-        steps.append(StartRanks(tuple(by_rank[r] for r in group)))
+    steps.extend(StartRanks(tuple(by_rank[r] for r in group)) for group in start_groups(lane))
     head_host = lane.hosts[0]
     steps.append(WaitReady(head_host, lane.port, lane.served_name))
     return LanePlan(name, "deploy", reason, tuple(steps), fp, tuple(specs), lane.hosts, desired.commit)
 
 
-def _plan_stop(name: str, lane: Lane | None, current: list[tuple[str, ObservedContainer]], observed: ObservedFleet,
-               commit: str) -> LanePlan:
+def _plan_stop(
+    name: str, lane: Lane | None, current: list[tuple[str, ObservedContainer]], observed: ObservedFleet, commit: str
+) -> LanePlan:
     if not current:
         return LanePlan(name, "noop", "stopped", commit=commit)
     reachable = tuple(HostContainer(h, c.name) for h, c in current if _reachable(observed, h))
@@ -139,8 +162,9 @@ def _plan_stop(name: str, lane: Lane | None, current: list[tuple[str, ObservedCo
     if not reachable:
         return LanePlan(name, "blocked", reason, commit=commit)
     hosts = tuple(sorted({c.host for c in reachable}))
-    return LanePlan(name, "stop", reason, (AcquireLeases(hosts), StopContainers(reachable, why)), commit=commit,
-                    hosts=hosts)
+    return LanePlan(
+        name, "stop", reason, (AcquireLeases(hosts), StopContainers(reachable, why)), commit=commit, hosts=hosts
+    )
 
 
 def _render(lane: Lane, desired: DesiredState) -> list[tuple[str, ContainerSpec]]:
@@ -184,8 +208,11 @@ def _squatters(lane: Lane, observed: ObservedFleet) -> tuple[HostContainer, ...]
     return tuple(out)
 
 
-def _drift_reason(specs: list[tuple[str, ContainerSpec]], current: list[tuple[str, ObservedContainer]],
-                  squatters: tuple[HostContainer, ...]) -> str:
+def _drift_reason(
+    specs: list[tuple[str, ContainerSpec]],
+    current: list[tuple[str, ObservedContainer]],
+    squatters: tuple[HostContainer, ...],
+) -> str:
     if not current:
         return "not running: first deploy" if not squatters else "port taken by an unmanaged container"
     have = {(host, c.name): c for host, c in current}

@@ -71,9 +71,7 @@ def weights_per_rank(weight_bytes: int, tp: int, pp: int) -> int:
 
 def floor_reasons(lane: Lane, floor_args: tuple[str, ...]) -> tuple[str, ...]:
     """Engine arguments that add caches this estimate does not size."""
-    return tuple(
-        flag for flag in floor_args if any(arg == flag or arg.startswith(flag + "=") for arg in lane.args)
-    )
+    return tuple(flag for flag in floor_args if any(arg == flag or arg.startswith(flag + "=") for arg in lane.args))
 
 
 def lane_budget(

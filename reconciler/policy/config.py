@@ -143,9 +143,7 @@ def parse_rules(rules: RulesFile, *, path: str = RULES_PATH) -> Settings:
     for name, config in rules.rules.items():
         if name not in RULE_PARAMS:
             known = ", ".join(sorted(RULE_PARAMS))
-            raise InputError(
-                f"unknown rule '{name}' (known rules: {known})", file=path, field=f"rules.{name}"
-            )
+            raise InputError(f"unknown rule '{name}' (known rules: {known})", file=path, field=f"rules.{name}")
         specs = RULE_PARAMS[name]
         for key in config.params:
             if key not in specs:
@@ -185,9 +183,7 @@ def _check_values(settings: RuleSettings, path: str) -> None:
         _covers(settings, "kv_dtype_bytes", get_args(KVCacheDtype), path, allow_zero=False)
         _covers(settings, "mla_slot_bytes", MLA_LAYOUTS, path, allow_zero=False)
         if settings.number("headroom_warn_gib") < 0:
-            raise InputError(
-                "must not be negative", file=path, field=f"rules.{name}.params.headroom_warn_gib"
-            )
+            raise InputError("must not be negative", file=path, field=f"rules.{name}.params.headroom_warn_gib")
         if settings.integer("min_sequences") < 1:
             raise InputError("must be at least 1", file=path, field=f"rules.{name}.params.min_sequences")
     elif name == "host-sharing":

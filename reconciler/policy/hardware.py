@@ -78,8 +78,6 @@ def capacities(hardware: HardwareFile, *, path: str = HARDWARE_PATH) -> dict[str
             memory_total=_bytes(profile.memory_total, f"{base}.memory_total", path),
             torch_visible=_bytes(profile.torch_visible, f"{base}.torch_visible", path),
             boot_free=_bytes(profile.boot_free, f"{base}.boot_free", path),
-            max_boot_utilization=_fraction(
-                profile.max_boot_utilization, f"{base}.max_boot_utilization", path
-            ),
+            max_boot_utilization=_fraction(profile.max_boot_utilization, f"{base}.max_boot_utilization", path),
         )
     return out

@@ -144,9 +144,7 @@ class KVModel:
         if arch.attention == "mla":
             if dtype in MLA_LAYOUTS:
                 if arch.kv_slot_bytes is not None:
-                    self.notes.append(
-                        f"{dtype}: the model's own {arch.kv_slot_bytes} B slot per token per layer"
-                    )
+                    self.notes.append(f"{dtype}: the model's own {arch.kv_slot_bytes} B slot per token per layer")
                     return float(arch.kv_slot_bytes)
                 slot = params.slot_bytes[dtype]
                 self.notes.append(f"{dtype}: fixed {slot:g} B slot per token per layer")
@@ -163,9 +161,7 @@ class KVModel:
         assert arch.head_dim is not None
         heads = max(1, math.ceil(arch.kv_heads / self.tp))
         if dtype in MLA_LAYOUTS:
-            self.notes.append(
-                f"{dtype} is an MLA layout; this {arch.attention} model is sized at its element width"
-            )
+            self.notes.append(f"{dtype} is an MLA layout; this {arch.attention} model is sized at its element width")
         width = 2 * heads * arch.head_dim * params.dtype_bytes[dtype]
         if arch.kv_heads < self.tp:
             self.notes.append(f"{arch.kv_heads} KV heads < tp {self.tp}: one head replicated per rank")
@@ -186,9 +182,7 @@ class KVModel:
             if arch.sliding_window is None and any(r <= 1 for r in arch.compress_ratios):
                 self.notes.append("compress ratio <= 1 layers have no sliding_window: sized as full layers")
             if arch.linear_layers or arch.sliding_window_layers:
-                self.notes.append(
-                    "compress_ratios describes every layer; linear/sliding layer counts ignored"
-                )
+                self.notes.append("compress_ratios describes every layer; linear/sliding layer counts ignored")
             self._positional = []
             start = 0
             for size in self.sizes:
@@ -208,9 +202,7 @@ class KVModel:
         full = arch.layers - linear - sliding
         self._totals = {key: n for key, n in ((FULL, full), (SLIDING, sliding), (LINEAR, linear)) if n}
         if self.pp > 1 and len(self._totals) > 1:
-            self.notes.append(
-                "layer kinds are counted, not placed: each stage is sized with its costliest layers"
-            )
+            self.notes.append("layer kinds are counted, not placed: each stage is sized with its costliest layers")
 
     # -- bytes ------------------------------------------------------------------------
 

@@ -91,9 +91,7 @@ class SimDockerDaemon:
         image = self.registry.resolve(ref)
         if image is None:
             if self.registry.knows_repo(parsed.repo):
-                raise CliError(
-                    f"Error response from daemon: manifest for {ref} not found: manifest unknown", 1
-                )
+                raise CliError(f"Error response from daemon: manifest for {ref} not found: manifest unknown", 1)
             raise cli.pull_denied(parsed.repo)
         self.images[image.pinned] = image
         if parsed.tag and not parsed.digest:
@@ -101,9 +99,7 @@ class SimDockerDaemon:
         return image
 
     async def pull(self, args: list[str]) -> Result:
-        opts = cli.parse_options(
-            args, cli.words("--platform"), cli.words("-q --quiet"), "pull", {"-q": "--quiet"}
-        )
+        opts = cli.parse_options(args, cli.words("--platform"), cli.words("-q --quiet"), "pull", {"-q": "--quiet"})
         if len(opts.positionals) != 1:
             raise CliError("\"docker pull\" requires exactly 1 argument.\nSee 'docker pull --help'.", 1)
         ref = opts.positionals[0]
@@ -120,18 +116,14 @@ class SimDockerDaemon:
         return self.image_inspect(args)
 
     def image_inspect(self, args: list[str]) -> Result:
-        opts = cli.parse_options(
-            args, cli.words("--format -f"), frozenset(), "image inspect", {"-f": "--format"}
-        )
+        opts = cli.parse_options(args, cli.words("--format -f"), frozenset(), "image inspect", {"-f": "--format"})
         found, errors = [], []
         for ref in opts.positionals:
             image = self.local_image(ref)
             if image is None:
                 errors.append(f"Error: No such image: {ref}")
                 continue
-            tags = [
-                f"{r}:{t}" for (r, t), d in sorted(self.tags.items()) if r == image.repo and d == image.digest
-            ]
+            tags = [f"{r}:{t}" for (r, t), d in sorted(self.tags.items()) if r == image.repo and d == image.digest]
             env = [f"{k}={v}" for k, v in image.env.items()]
             found.append(
                 {
@@ -169,9 +161,7 @@ class SimDockerDaemon:
         for path in opts.all("--env-file"):
             written = self.read_envfile(path)
             if written is None:
-                raise CliError(
-                    f"docker: open {path}: no such file or directory.\nSee 'docker run --help'.", 125
-                )
+                raise CliError(f"docker: open {path}: no such file or directory.\nSee 'docker run --help'.", 125)
             env_files += cli.parse_env_file(written)
         stderr = ""
         image = self.local_image(image_ref)
@@ -248,13 +238,9 @@ class SimDockerDaemon:
 
     async def inspect(self, args: list[str]) -> Result:
         aliases = {"-f": "--format", "-s": "--size"}
-        opts = cli.parse_options(
-            args, cli.words("--format -f --type"), cli.words("-s --size"), "inspect", aliases
-        )
+        opts = cli.parse_options(args, cli.words("--format -f --type"), cli.words("-s --size"), "inspect", aliases)
         if not opts.positionals:
-            raise CliError(
-                "\"docker inspect\" requires at least 1 argument.\nSee 'docker inspect --help'.", 1
-            )
+            raise CliError("\"docker inspect\" requires at least 1 argument.\nSee 'docker inspect --help'.", 1)
         kind = opts.last("--type")
         found, errors = [], []
         for ref in opts.positionals:
@@ -310,9 +296,7 @@ class SimDockerDaemon:
         missing_ok: bool = False,
     ) -> Result:
         if not refs:
-            raise CliError(
-                f"\"docker {command}\" requires at least 1 argument.\nSee 'docker {command} --help'.", 1
-            )
+            raise CliError(f"\"docker {command}\" requires at least 1 argument.\nSee 'docker {command} --help'.", 1)
         out, err = [], []
         for ref in refs:
             container = self.find(ref)

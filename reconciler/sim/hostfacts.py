@@ -111,9 +111,7 @@ class SimHostFacts:
             errors.append(f"disk {request.disk_path}: No such file or directory")
         else:
             disk = {"path": request.disk_path, "total": self.disk[0], "free": self.disk[1]}
-        models = {
-            p: {"exists": p in self.models, "bytes": self.models.get(p, 0)} for p in request.model_paths
-        }
+        models = {p: {"exists": p in self.models, "bytes": self.models.get(p, 0)} for p in request.model_paths}
         out = {
             "probe_version": PROBE_VERSION,
             "hostname": hostname,

@@ -18,8 +18,9 @@ class LoadedCommit:
     policies: PolicySet
 
 
-def load_commit(repo: str | Path | pygit2.Repository, rev: str = "HEAD", state_dir: str = "state",
-                policies_dir: str = "policies") -> LoadedCommit:
+def load_commit(
+    repo: str | Path | pygit2.Repository, rev: str = "HEAD", state_dir: str = "state", policies_dir: str = "policies"
+) -> LoadedCommit:
     repository = repo if isinstance(repo, pygit2.Repository) else open_repo(repo)
     read = read_commit(repository, rev, (state_dir, policies_dir))
     desired = load_desired(read.files, read.commit, state_dir=state_dir)

@@ -92,9 +92,7 @@ class _Config:
                 raise InputError(f"the checkpoint config has no '{keys[0]}'", file=self.file, field=keys[0])
             return None
         if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value or value < 0:
-            raise InputError(
-                f"expected a whole number, got {value!r}", file=self.file, field=self.where(keys[0])
-            )
+            raise InputError(f"expected a whole number, got {value!r}", file=self.file, field=self.where(keys[0]))
         return int(value)
 
 
@@ -184,8 +182,7 @@ def _attention(cfg: _Config, arch: dict[str, Any], notes: list[str]) -> None:
             assert head_dim is not None
             if head_dim <= rope:
                 raise InputError(
-                    f"head_dim {head_dim} is not larger than qk_rope_head_dim {rope}; cannot size the MLA "
-                    "latent",
+                    f"head_dim {head_dim} is not larger than qk_rope_head_dim {rope}; cannot size the MLA latent",
                     file=cfg.file,
                     field=cfg.where("head_dim"),
                 )
@@ -222,9 +219,7 @@ def _compress_ratios(cfg: _Config, layers: int, notes: list[str]) -> list[float]
     ratios = cfg.get("compress_ratios")
     if ratios is None:
         return None
-    if not isinstance(ratios, list) or not all(
-        isinstance(r, int | float) and not isinstance(r, bool) for r in ratios
-    ):
+    if not isinstance(ratios, list) or not all(isinstance(r, int | float) and not isinstance(r, bool) for r in ratios):
         raise InputError("expected a list of numbers", file=cfg.file, field=cfg.where("compress_ratios"))
     if len(ratios) < layers:
         raise InputError(
@@ -233,9 +228,7 @@ def _compress_ratios(cfg: _Config, layers: int, notes: list[str]) -> list[float]
             field=cfg.where("compress_ratios"),
         )
     if len(ratios) > layers:
-        notes.append(
-            f"compress_ratios has {len(ratios)} entries for {layers} layers; the extra (MTP) ones dropped"
-        )
+        notes.append(f"compress_ratios has {len(ratios)} entries for {layers} layers; the extra (MTP) ones dropped")
     return [float(r) for r in ratios[:layers]]
 
 
@@ -254,9 +247,7 @@ def _moe(cfg: _Config, notes: list[str]) -> dict[str, int] | None:
     return out
 
 
-def _weight_bytes(
-    index: Mapping[str, Any] | None, path: str, file_bytes_total: int | None, notes: list[str]
-) -> int:
+def _weight_bytes(index: Mapping[str, Any] | None, path: str, file_bytes_total: int | None, notes: list[str]) -> int:
     if index is not None:
         metadata = index.get("metadata")
         total = metadata.get("total_size") if isinstance(metadata, Mapping) else None
@@ -323,9 +314,7 @@ def facts_from_checkpoint(
             repo = f"unknown/{name}"
             notes.append("hf_repo unknown: set it to the Hugging Face repo id")
     if revision is None:
-        notes.append(
-            "revision not set: write the 40-hex commit sha of the checkpoint (the model-revision rule)"
-        )
+        notes.append("revision not set: write the 40-hex commit sha of the checkpoint (the model-revision rule)")
     doc: dict[str, Any] = {
         "name": name,
         "hf_repo": repo,
@@ -343,9 +332,7 @@ def facts_from_checkpoint(
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise InputError(
-            f"{first['msg']} (from the checkpoint's config)", file=cfg.file, field=field
-        ) from None
+        raise InputError(f"{first['msg']} (from the checkpoint's config)", file=cfg.file, field=field) from None
 
 
 def _scalar(value: Any) -> str:
@@ -382,9 +369,7 @@ def render_model_yaml(spec: ModelSpec, notes: list[str]) -> str:
         lines.append("# Assumed or worth checking:")
         lines.extend(f"#   - {note}" for note in notes)
     data = spec.model_dump(mode="python", exclude_none=True)
-    data["architecture"] = spec.architecture.model_dump(
-        mode="python", exclude_none=True, exclude_defaults=True
-    )
+    data["architecture"] = spec.architecture.model_dump(mode="python", exclude_none=True, exclude_defaults=True)
     if spec.moe is not None:
         data["moe"] = spec.moe.model_dump(mode="python", exclude_defaults=True)
     data.pop("name", None)

@@ -27,8 +27,12 @@ class FleetDefaults(StrictModel):
         default="enp1s0f0np0",
         description="interface NCCL/GLOO bind to (the ConnectX-7 port that cables Sparks together)",
     )
-    hf_cache: str = Field(default="/root/.cache/huggingface", description="HF cache on every host, mounted into engines")
-    state_dir_on_host: str = Field(default="/var/lib/lanes", description="where lanes keeps leases and env files on hosts")
+    hf_cache: str = Field(
+        default="/root/.cache/huggingface", description="HF cache on every host, mounted into engines"
+    )
+    state_dir_on_host: str = Field(
+        default="/var/lib/lanes", description="where lanes keeps leases and env files on hosts"
+    )
     registry_mirrors: tuple[str, ...] = Field(default=(), description="registry hosts to pull through, in order")
     lease_ttl_s: int = Field(default=900, ge=30, description="a host lease expires after this unless renewed")
 

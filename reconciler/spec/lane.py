@@ -15,8 +15,17 @@ from reconciler.spec.base import Name, StrictModel
 
 EngineKind = Literal["sglang", "vllm", "flare", "generic"]
 KVCacheDtype = Literal[
-    "auto", "bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4",
-    "fp8_ds_mla", "nvfp4_ds_mla",
+    "auto",
+    "bf16",
+    "bfloat16",
+    "fp16",
+    "float16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "nvfp4",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
 ]
 DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -32,7 +32,7 @@ class DesiredState:
     hosts: Mapping[str, Host]
     models: Mapping[str, ModelSpec]
     lanes: Mapping[str, Lane]
-    upstreams: UpstreamsFile = UpstreamsFile()
+    upstreams: UpstreamsFile = field(default_factory=UpstreamsFile)
     files: Mapping[str, str] = field(default_factory=dict)
     """`kind/name` (e.g. `lanes/glm53`) to the repository path it came from."""
 
@@ -52,7 +52,7 @@ class PolicySet:
 
 def _files_under(files: Mapping[str, bytes], folder: str) -> list[str]:
     prefix = folder.rstrip("/") + "/"
-    return sorted(p for p in files if p.startswith(prefix) and "/" not in p[len(prefix):])
+    return sorted(p for p in files if p.startswith(prefix) and "/" not in p[len(prefix) :])
 
 
 def _stem(path: str) -> str:

@@ -7,6 +7,7 @@ sits, so validation errors are mapped back to lines here.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -74,16 +75,12 @@ def line_of(doc: Any, loc: Sequence[str | int]) -> int | None:
     line: int | None = None
     for part in loc:
         if isinstance(node, CommentedMap) and part in node:
-            try:
+            with contextlib.suppress(KeyError, TypeError, IndexError):
                 line = node.lc.key(part)[0] + 1
-            except (KeyError, TypeError, IndexError):
-                pass
             node = node[part]
         elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
-            try:
+            with contextlib.suppress(KeyError, TypeError, IndexError):
                 line = node.lc.item(part)[0] + 1
-            except (KeyError, TypeError, IndexError):
-                pass
             node = node[part]
         else:
             break

@@ -58,26 +58,60 @@ class Store:
     def _migrate(self) -> None:
         db = self.db
         if "journal" not in db.table_names():
-            db["journal"].create(
-                {"id": int, "run": str, "lane": str, "commit": str, "seq": int, "kind": str, "detail": str,
-                 "state": str, "started": float, "finished": float, "error": str},
+            db.table("journal").create(
+                {
+                    "id": int,
+                    "run": str,
+                    "lane": str,
+                    "commit": str,
+                    "seq": int,
+                    "kind": str,
+                    "detail": str,
+                    "state": str,
+                    "started": float,
+                    "finished": float,
+                    "error": str,
+                },
                 pk="id",
             )
-            db["journal"].create_index(["lane", "state"])
+            db.table("journal").create_index(["lane", "state"])
         if "lanes" not in db.table_names():
-            db["lanes"].create(
-                {"name": str, "desired": str, "health": str, "desired_commit": str, "applied_commit": str,
-                 "hosts": str, "fingerprint": str, "last_error": str, "failed_fingerprint": str,
-                 "healthy_specs": str, "healthy_commit": str, "updated": float, "timings": str},
+            db.table("lanes").create(
+                {
+                    "name": str,
+                    "desired": str,
+                    "health": str,
+                    "desired_commit": str,
+                    "applied_commit": str,
+                    "hosts": str,
+                    "fingerprint": str,
+                    "last_error": str,
+                    "failed_fingerprint": str,
+                    "healthy_specs": str,
+                    "healthy_commit": str,
+                    "updated": float,
+                    "timings": str,
+                },
                 pk="name",
             )
         if "applies" not in db.table_names():
-            db["applies"].create(
-                {"id": int, "run": str, "lane": str, "commit": str, "fingerprint": str, "result": str,
-                 "error": str, "started": float, "finished": float, "timings": str, "logs": str},
+            db.table("applies").create(
+                {
+                    "id": int,
+                    "run": str,
+                    "lane": str,
+                    "commit": str,
+                    "fingerprint": str,
+                    "result": str,
+                    "error": str,
+                    "started": float,
+                    "finished": float,
+                    "timings": str,
+                    "logs": str,
+                },
                 pk="id",
             )
-            db["applies"].create_index(["lane", "commit"])
+            db.table("applies").create_index(["lane", "commit"])
 
     def _write(self, fn: Any) -> Any:
         try:
@@ -92,59 +126,79 @@ class Store:
 
     def step_started(self, run: str, lane: str, commit: str, seq: int, kind: str, detail: dict[str, Any]) -> int:
         def write() -> int:
-            row = self.db["journal"].insert(
-                {"run": run, "lane": lane, "commit": commit, "seq": seq, "kind": kind,
-                 "detail": json.dumps(detail, default=str), "state": "started", "started": time.time()},
+            row = self.db.table("journal").insert(
+                {
+                    "run": run,
+                    "lane": lane,
+                    "commit": commit,
+                    "seq": seq,
+                    "kind": kind,
+                    "detail": json.dumps(detail, default=str),
+                    "state": "started",
+                    "started": time.time(),
+                },
             )
-            return int(row.last_pk)
+            return int(row.last_pk or 0)
 
         return int(self._write(write))
 
     def step_finished(self, step_id: int, *, error: str | None = None) -> None:
         state = "failed" if error else "done"
-        self._write(lambda: self.db["journal"].update(
-            step_id, {"state": state, "finished": time.time(), "error": error}))
+        self._write(
+            lambda: self.db.table("journal").update(step_id, {"state": state, "finished": time.time(), "error": error})
+        )
 
     def in_flight(self) -> list[dict[str, Any]]:
         """Steps started and never finished: a transaction a killed process left behind."""
-        return list(self.db["journal"].rows_where("state = 'started'", order_by="id"))
+        return list(self.db.table("journal").rows_where("state = 'started'", order_by="id"))
 
     def close_in_flight(self, lane: str, note: str) -> None:
-        self._write(lambda: self.db.execute(
-            "update journal set state = 'abandoned', finished = ?, error = ? where lane = ? and state = 'started'",
-            [time.time(), note, lane]))
+        self._write(
+            lambda: self.db.execute(
+                "update journal set state = 'abandoned', finished = ?, error = ? where lane = ? and state = 'started'",
+                [time.time(), note, lane],
+            )
+        )
 
     def journal(self, lane: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
         where, args = ("lane = ?", [lane]) if lane else (None, [])
-        return list(self.db["journal"].rows_where(where, args, order_by="id desc", limit=limit))
+        return list(self.db.table("journal").rows_where(where, args, order_by="id desc", limit=limit))
 
     # -- lanes -----------------------------------------------------------------
 
     def lane(self, name: str) -> LaneRecord | None:
         try:
-            row = self.db["lanes"].get(name)
+            row = self.db.table("lanes").get(name)
         except sqlite_utils.db.NotFoundError:
             return None
         return LaneRecord(
-            name=row["name"], desired=row["desired"] or "running", health=row["health"] or "progressing",
-            desired_commit=row["desired_commit"], applied_commit=row["applied_commit"],
-            hosts=tuple(json.loads(row["hosts"] or "[]")), fingerprint=row["fingerprint"],
-            last_error=row["last_error"], failed_fingerprint=row["failed_fingerprint"],
-            healthy_specs=json.loads(row["healthy_specs"] or "[]"), healthy_commit=row["healthy_commit"],
-            updated=row["updated"] or 0.0, timings=json.loads(row["timings"] or "{}"),
+            name=row["name"],
+            desired=row["desired"] or "running",
+            health=row["health"] or "progressing",
+            desired_commit=row["desired_commit"],
+            applied_commit=row["applied_commit"],
+            hosts=tuple(json.loads(row["hosts"] or "[]")),
+            fingerprint=row["fingerprint"],
+            last_error=row["last_error"],
+            failed_fingerprint=row["failed_fingerprint"],
+            healthy_specs=json.loads(row["healthy_specs"] or "[]"),
+            healthy_commit=row["healthy_commit"],
+            updated=row["updated"] or 0.0,
+            timings=json.loads(row["timings"] or "{}"),
         )
 
     def lanes(self) -> list[LaneRecord]:
-        names = [r["name"] for r in self.db["lanes"].rows_where(order_by="name", select="name")]
+        names = [r["name"] for r in self.db.table("lanes").rows_where(order_by="name", select="name")]
         return [rec for rec in (self.lane(n) for n in names) if rec is not None]
 
     def update_lane(self, name: str, **fields: Any) -> None:
         row: dict[str, Any] = {"name": name, "updated": time.time()}
         for key, value in fields.items():
             if key in {"hosts", "healthy_specs", "timings"}:
-                value = json.dumps(list(value) if key == "hosts" else value, default=str)
-            row[key] = value
-        self._write(lambda: self.db["lanes"].upsert(row, pk="name", alter=False))
+                row[key] = json.dumps(list(value) if key == "hosts" else value, default=str)
+            else:
+                row[key] = value
+        self._write(lambda: self.db.table("lanes").upsert(row, pk="name", alter=False))
 
     def failed_fingerprints(self) -> dict[str, str]:
         return {r.name: r.failed_fingerprint for r in self.lanes() if r.failed_fingerprint}
@@ -158,14 +212,35 @@ class Store:
 
     # -- applies ---------------------------------------------------------------
 
-    def record_apply(self, run: str, lane: str, commit: str, fingerprint: str | None, result: str,
-                     error: str | None, started: float, timings: dict[str, float],
-                     logs: dict[str, str] | None = None) -> None:
-        self._write(lambda: self.db["applies"].insert(
-            {"run": run, "lane": lane, "commit": commit, "fingerprint": fingerprint, "result": result,
-             "error": error, "started": started, "finished": time.time(), "timings": json.dumps(timings),
-             "logs": json.dumps(logs or {})}))
+    def record_apply(
+        self,
+        run: str,
+        lane: str,
+        commit: str,
+        fingerprint: str | None,
+        result: str,
+        error: str | None,
+        started: float,
+        timings: dict[str, float],
+        logs: dict[str, str] | None = None,
+    ) -> None:
+        self._write(
+            lambda: self.db.table("applies").insert(
+                {
+                    "run": run,
+                    "lane": lane,
+                    "commit": commit,
+                    "fingerprint": fingerprint,
+                    "result": result,
+                    "error": error,
+                    "started": started,
+                    "finished": time.time(),
+                    "timings": json.dumps(timings),
+                    "logs": json.dumps(logs or {}),
+                }
+            )
+        )
 
     def applies(self, lane: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         where, args = ("lane = ?", [lane]) if lane else (None, [])
-        return list(self.db["applies"].rows_where(where, args, order_by="id desc", limit=limit))
+        return list(self.db.table("applies").rows_where(where, args, order_by="id desc", limit=limit))

@@ -56,7 +56,7 @@ class Transport(Protocol):
         argv: Sequence[str],
         *,
         input: str | None = None,
-        timeout: float = 30.0,  # noqa: ASYNC109 - part of the Transport API; applied with asyncio.timeout
+        timeout: float = 30.0,
         check: bool = True,
     ) -> CommandResult: ...
 

@@ -34,7 +34,7 @@ class LocalTransport:
         argv: Sequence[str],
         *,
         input: str | None = None,
-        timeout: float = 30.0,  # noqa: ASYNC109 - part of the Transport API; applied with asyncio.timeout
+        timeout: float = 30.0,
         check: bool = True,
     ) -> CommandResult:
         command_line(argv)  # same argv validation as over SSH
@@ -62,9 +62,7 @@ class LocalTransport:
     async def close(self) -> None:
         """Nothing is pooled locally; here to satisfy `Transport`."""
 
-    async def _spawn(
-        self, host: HostTarget, argv: tuple[str, ...], input: str | None
-    ) -> tuple[int | None, str, str]:
+    async def _spawn(self, host: HostTarget, argv: tuple[str, ...], input: str | None) -> tuple[int | None, str, str]:
         env = None
         if self._env_for_host is not None:
             env = {**os.environ, **self._env_for_host(host)}

@@ -70,7 +70,7 @@ class SSHTransport:
         argv: Sequence[str],
         *,
         input: str | None = None,
-        timeout: float = 30.0,  # noqa: ASYNC109 - part of the Transport API; applied with asyncio.timeout
+        timeout: float = 30.0,
         check: bool = True,
     ) -> CommandResult:
         command_line(argv)  # refuse a bad argv before waiting for a slot

@@ -23,7 +23,11 @@ from .conftest import COMMIT, MODEL_PATH, LaneFactory, Renderer
 pytestmark = pytest.mark.timeout(30)
 
 ENGINES = [
-    ("sglang", "native"), ("vllm", "ray"), ("vllm", "native"), ("flare", "native"), ("generic", "native"),
+    ("sglang", "native"),
+    ("vllm", "ray"),
+    ("vllm", "native"),
+    ("flare", "native"),
+    ("generic", "native"),
 ]
 
 
@@ -65,7 +69,11 @@ def test_what_runs_changes_every_hash_of_the_head(
 
 @pytest.mark.parametrize(("engine", "launcher"), ENGINES)
 def test_a_different_model_changes_the_hash(
-    make_lane: LaneFactory, model: ModelSpec, fleet: FleetDefaults, hosts: Mapping[str, Host], engine: str,
+    make_lane: LaneFactory,
+    model: ModelSpec,
+    fleet: FleetDefaults,
+    hosts: Mapping[str, Host],
+    engine: str,
     launcher: str,
 ) -> None:
     lane = make_lane(engine=engine, launcher=launcher)
@@ -99,10 +107,12 @@ def test_labels(make_lane: LaneFactory, render: Renderer) -> None:
 
 
 def test_mounts_hf_cache_model_then_lane(make_lane: LaneFactory, render: Renderer) -> None:
-    lane = make_lane(mounts=[
-        {"source": "/srv/cache", "target": "/cache"},
-        {"source": "/etc/x", "target": "/x", "read_only": True},
-    ])
+    lane = make_lane(
+        mounts=[
+            {"source": "/srv/cache", "target": "/cache"},
+            {"source": "/etc/x", "target": "/x", "read_only": True},
+        ]
+    )
     spec = render(lane)[0]
     assert [(m.source, m.target, m.read_only) for m in spec.mounts] == [
         ("/root/.cache/huggingface", "/root/.cache/huggingface", False),
@@ -115,8 +125,9 @@ def test_mounts_hf_cache_model_then_lane(make_lane: LaneFactory, render: Rendere
     assert "/etc/x:/x:ro" in argv
 
 
-def test_fleet_hf_cache_is_mounted_at_the_engines_cache(make_lane: LaneFactory, model: ModelSpec,
-                                                        hosts: Mapping[str, Host]) -> None:
+def test_fleet_hf_cache_is_mounted_at_the_engines_cache(
+    make_lane: LaneFactory, model: ModelSpec, hosts: Mapping[str, Host]
+) -> None:
     fleet = FleetDefaults(hf_cache="/data/hf", state_dir_on_host="/srv/lanes")
     spec = render_lane(make_lane(), model, fleet, hosts, COMMIT)[0]
     assert "/data/hf:/root/.cache/huggingface" in docker_run_argv(spec)
@@ -126,8 +137,11 @@ def test_fleet_hf_cache_is_mounted_at_the_engines_cache(make_lane: LaneFactory, 
 
 @pytest.mark.parametrize(("engine", "launcher"), ENGINES)
 def test_secrets_are_names_only(make_lane: LaneFactory, render: Renderer, engine: str, launcher: str) -> None:
-    lane = make_lane(engine=engine, launcher=launcher,
-                     secrets=[{"name": "hf-token", "env": "HF_TOKEN"}, {"name": "api", "env": "API_KEY"}])
+    lane = make_lane(
+        engine=engine,
+        launcher=launcher,
+        secrets=[{"name": "hf-token", "env": "HF_TOKEN"}, {"name": "api", "env": "API_KEY"}],
+    )
     for spec in render(lane):
         assert spec.secret_env == ("API_KEY", "HF_TOKEN")
         assert spec.env_file == f"/var/lib/lanes/env/{spec.name}.env"
@@ -197,8 +211,9 @@ def test_nul_bytes_are_refused(make_lane: LaneFactory, render: Renderer, where: 
         render(make_lane(**change))
 
 
-def test_unknown_host_is_an_input_error(make_lane: LaneFactory, model: ModelSpec, fleet: FleetDefaults,
-                                        hosts: Mapping[str, Host]) -> None:
+def test_unknown_host_is_an_input_error(
+    make_lane: LaneFactory, model: ModelSpec, fleet: FleetDefaults, hosts: Mapping[str, Host]
+) -> None:
     lane = make_lane(hosts=["dgx1", "dgx9"], tp=2)
     with pytest.raises(InputError) as info:
         render_lane(lane, model, fleet, hosts, COMMIT)
@@ -206,13 +221,15 @@ def test_unknown_host_is_an_input_error(make_lane: LaneFactory, model: ModelSpec
     assert "dgx9" in str(info.value)
 
 
-def test_render_rank_checks_its_context(make_lane: LaneFactory, model: ModelSpec, fleet: FleetDefaults,
-                                        hosts: Mapping[str, Host]) -> None:
+def test_render_rank_checks_its_context(
+    make_lane: LaneFactory, model: ModelSpec, fleet: FleetDefaults, hosts: Mapping[str, Host]
+) -> None:
     lane: Lane = make_lane()
 
     def ctx(rank: int, host: str) -> RankContext:
-        return RankContext(lane=lane, model=model, fleet=fleet, rank=rank, host=hosts[host],
-                           head_address="10.20.0.11", commit=COMMIT)
+        return RankContext(
+            lane=lane, model=model, fleet=fleet, rank=rank, host=hosts[host], head_address="10.20.0.11", commit=COMMIT
+        )
 
     assert render_rank(ctx(1, "dgx2")).name == "lanes-golden-r1"
     with pytest.raises(ValueError, match="runs on dgx2"):
@@ -221,11 +238,13 @@ def test_render_rank_checks_its_context(make_lane: LaneFactory, model: ModelSpec
         render_rank(ctx(4, "dgx1"))
 
 
-def test_flare_needs_every_peer_address(make_lane: LaneFactory, model: ModelSpec, fleet: FleetDefaults,
-                                        hosts: Mapping[str, Host]) -> None:
+def test_flare_needs_every_peer_address(
+    make_lane: LaneFactory, model: ModelSpec, fleet: FleetDefaults, hosts: Mapping[str, Host]
+) -> None:
     lane = make_lane(engine="flare")
-    ctx = RankContext(lane=lane, model=model, fleet=fleet, rank=0, host=hosts["dgx1"],
-                      head_address="10.20.0.11", commit=COMMIT)
+    ctx = RankContext(
+        lane=lane, model=model, fleet=fleet, rank=0, host=hosts["dgx1"], head_address="10.20.0.11", commit=COMMIT
+    )
     with pytest.raises(ValueError, match="peer_addresses"):
         render_rank(ctx)
 
@@ -235,7 +254,18 @@ def test_container_flags(make_lane: LaneFactory, render: Renderer) -> None:
     assert (spec.network, spec.ipc, spec.gpus, spec.shm_size) == ("host", "host", "all", None)
     argv = docker_run_argv(spec)
     assert argv[:13] == [
-        "docker", "run", "-d", "--name", "lanes-golden-r0", "--restart", "no", "--gpus", "all",
-        "--network", "host", "--ipc", "host",
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        "lanes-golden-r0",
+        "--restart",
+        "no",
+        "--gpus",
+        "all",
+        "--network",
+        "host",
+        "--ipc",
+        "host",
     ]
     assert "--shm-size" not in argv

@@ -18,8 +18,9 @@ from reconciler.spec.load import DesiredState
 from tests.example import EUGR, PRODUCTION, example_policies, example_state, with_lane
 
 _counter = itertools.count(1)
-FAST_HEALTH = Health(port_timeout_s=10, ready_timeout_s=10, models_timeout_s=5, completion_timeout_s=5,
-                     poll_interval_s=0.2).model_dump()
+FAST_HEALTH = Health(
+    port_timeout_s=10, ready_timeout_s=10, models_timeout_s=5, completion_timeout_s=5, poll_interval_s=0.2
+).model_dump()
 
 
 def fast(desired: DesiredState, **health: Any) -> DesiredState:

@@ -29,7 +29,11 @@ def lane_containers(world: World, lane: str) -> dict[str, dict[str, str]]:
 async def test_first_deploy_converges_and_a_second_cycle_does_nothing(world: World) -> None:
     result = await world.cycle()
     assert {r.lane: r.result for r in result.results} == {
-        PRODUCTION: "applied", EUGR: "applied", GLM: "noop", "minimax-m31-flash-4x-flare": "noop"}
+        PRODUCTION: "applied",
+        EUGR: "applied",
+        GLM: "noop",
+        "minimax-m31-flash-4x-flare": "noop",
+    }
     prod = lane_containers(world, PRODUCTION)
     assert sorted(prod) == PROD_HOSTS
     assert [prod[h]["lanes.rank"] for h in PROD_HOSTS] == ["0", "1", "2", "3"]
@@ -47,8 +51,8 @@ async def test_secrets_reach_hosts_only_through_a_0600_env_file(world: World) ->
     runtime = world.fleet.runtime("dgx1")
     files = runtime.envfiles
     assert files, "an env file was written"
-    (path, record), = [(p, r) for p, r in files.items() if PRODUCTION in p]
-    content, mode = (record if isinstance(record, tuple) else (record.content, record.mode))
+    ((_, record),) = [(p, r) for p, r in files.items() if PRODUCTION in p]
+    content, mode = record if isinstance(record, tuple) else (record.content, record.mode)
     assert "HF_TOKEN=" in content and stat.S_IMODE(mode) == 0o600
     secret = content.split("HF_TOKEN=", 1)[1].strip()
     for host in PROD_HOSTS:
@@ -59,8 +63,7 @@ async def test_secrets_reach_hosts_only_through_a_0600_env_file(world: World) ->
 async def test_image_bump_replaces_ranks_with_a_new_spec(world: World) -> None:
     await world.cycle()
     old = lane_containers(world, EUGR)
-    new_image = world.fleet.registry.add("eugr/spark-vllm-b12x:nightly-20261120",
-                                         env={"STANDIN_LOAD_S": "0.5"}).pinned
+    new_image = world.fleet.registry.add("eugr/spark-vllm-b12x:nightly-20261120", env={"STANDIN_LOAD_S": "0.5"}).pinned
     result = await world.cycle(with_lane(world.state, EUGR, image=new_image))
     assert {r.lane: r.result for r in result.results}[EUGR] == "applied"
     new = lane_containers(world, EUGR)
@@ -121,11 +124,21 @@ async def test_drift_is_repaired(world: World) -> None:
 async def test_an_engine_that_never_becomes_healthy_is_rolled_back_and_not_retried(world: World) -> None:
     await world.cycle()
     old = lane_containers(world, PRODUCTION)
-    bad = world.fleet.registry.add("aidendle94/sparkrun-sglang-dsv41-gb10:broken",
-                                   env={"STANDIN_NEVER_HEALTHY": "1"}).pinned
-    broken = with_lane(world.state, PRODUCTION, image=bad,
-                       health={"port_timeout_s": 5, "ready_timeout_s": 2, "models_timeout_s": 2,
-                               "completion_timeout_s": 2, "poll_interval_s": 0.2})
+    bad = world.fleet.registry.add(
+        "aidendle94/sparkrun-sglang-dsv41-gb10:broken", env={"STANDIN_NEVER_HEALTHY": "1"}
+    ).pinned
+    broken = with_lane(
+        world.state,
+        PRODUCTION,
+        image=bad,
+        health={
+            "port_timeout_s": 5,
+            "ready_timeout_s": 2,
+            "models_timeout_s": 2,
+            "completion_timeout_s": 2,
+            "poll_interval_s": 0.2,
+        },
+    )
     result = await world.cycle(broken)
     res = {r.lane: r for r in result.results}[PRODUCTION]
     assert res.result == "rolled-back", res.error
@@ -133,7 +146,8 @@ async def test_an_engine_that_never_becomes_healthy_is_rolled_back_and_not_retri
     assert sorted(res.logs) == sorted(f"lanes-{PRODUCTION}-r{i}@dgx{i + 1}" for i in range(4))
     restored = lane_containers(world, PRODUCTION)
     assert {h: labels["lanes.spec"] for h, labels in restored.items()} == {
-        h: labels["lanes.spec"] for h, labels in old.items()}
+        h: labels["lanes.spec"] for h, labels in old.items()
+    }
     record = world.store.lane(PRODUCTION)
     assert record is not None and record.health == "degraded" and record.failed_fingerprint
     assert {r.lane: r.result for r in result.results}[EUGR] == "noop"

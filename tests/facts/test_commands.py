@@ -47,9 +47,7 @@ def test_lease_argv() -> None:
         "300",
     ]
     assert c.command_marker(argv) == c.LEASE_MARKER
-    assert c.read_lease_argv(argv) == c.LeaseRequest(
-        "acquire", "/var/lib/lanes/lease.json", "lanes@control1", 300
-    )
+    assert c.read_lease_argv(argv) == c.LeaseRequest("acquire", "/var/lib/lanes/lease.json", "lanes@control1", 300)
 
 
 def test_envfile_and_dropcaches_argv() -> None:

@@ -66,9 +66,7 @@ def _inspect(cid: str, name: str, lane: str, rank: int, state: str, code: int) -
 
 
 def _ps_line(cid: str, name: str, labels: str, state: str) -> str:
-    return json.dumps(
-        {"ID": cid[:12], "Names": name, "Image": "some/image:tag", "Labels": labels, "State": state}
-    )
+    return json.dumps({"ID": cid[:12], "Names": name, "Image": "some/image:tag", "Labels": labels, "State": state})
 
 
 @pytest.fixture
@@ -87,9 +85,7 @@ def _fake_docker(bin_dir: Path, answers: dict[str, dict[str, object]]) -> None:
 
 
 def _run(bin_dir: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=30, env={"PATH": str(bin_dir)}, check=False
-    )
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, env={"PATH": str(bin_dir)}, check=False)
 
 
 def _models(tmp_path: Path) -> dict[str, str]:
@@ -121,9 +117,7 @@ def test_probe_script_runs_and_parses(tmp_path: Path, bin_dir: Path) -> None:
     _fake_docker(
         bin_dir,
         {
-            "ps -a --filter label=lanes.managed=true -q": {
-                "stdout": "".join(i[:12] + "\n" for i in MANAGED_IDS)
-            },
+            "ps -a --filter label=lanes.managed=true -q": {"stdout": "".join(i[:12] + "\n" for i in MANAGED_IDS)},
             "inspect " + " ".join(i[:12] for i in ids): {
                 "stdout": json.dumps(
                     [
@@ -135,9 +129,7 @@ def test_probe_script_runs_and_parses(tmp_path: Path, bin_dir: Path) -> None:
             "ps -a --format {{json .}}": {
                 "stdout": "\n".join(
                     [
-                        _ps_line(
-                            MANAGED_IDS[0], "lane1-r0", "lanes.lane=lane1,lanes.managed=true", "running"
-                        ),
+                        _ps_line(MANAGED_IDS[0], "lane1-r0", "lanes.lane=lane1,lanes.managed=true", "running"),
                         _ps_line(MANAGED_IDS[1], "lane2-r1", "lanes.managed=true,lanes.rank=1", "exited"),
                         _ps_line("55" * 32, "hand-started", "", "running"),
                     ]
@@ -185,9 +177,7 @@ def test_probe_script_runs_and_parses(tmp_path: Path, bin_dir: Path) -> None:
 
 
 def test_probe_without_docker_or_disk_still_reports(tmp_path: Path, bin_dir: Path) -> None:
-    result = _run(
-        bin_dir, probe_argv([str(tmp_path / "nope")], str(tmp_path / "no-lease.json"), "/no/such/disk")
-    )
+    result = _run(bin_dir, probe_argv([str(tmp_path / "nope")], str(tmp_path / "no-lease.json"), "/no/such/disk"))
     assert result.returncode == 0, result.stderr
     host = parse_probe("local", result.stdout)
     assert host.containers == ()
@@ -207,9 +197,7 @@ def test_probe_reports_failing_docker(tmp_path: Path, bin_dir: Path) -> None:
     assert "fake docker: no answer" in host.probe_errors[0]
 
 
-def _lease(
-    bin_dir: Path, action: str, path: Path, owner: str, ttl: int = 300
-) -> tuple[int, dict[str, object]]:
+def _lease(bin_dir: Path, action: str, path: Path, owner: str, ttl: int = 300) -> tuple[int, dict[str, object]]:
     result = _run(bin_dir, lease_argv(action, str(path), owner, ttl))  # type: ignore[arg-type]
     assert result.stderr == ""
     return result.returncode, json.loads(result.stdout)

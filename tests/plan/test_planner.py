@@ -24,14 +24,33 @@ pytestmark = pytest.mark.timeout(30)
 NEW_IMAGE = "aidendle94/sparkrun-sglang-dsv41-gb10@sha256:" + "ab" * 32
 
 
-def host(name: str, desired: DesiredState, containers: Iterable[ObservedContainer] = (), *,
-         listening: Iterable[int] = (), unmanaged: Iterable[UnmanagedContainer] = (), lease: Lease | None = None,
-         missing_models: Iterable[str] = ()) -> ObservedHost:
+def host(
+    name: str,
+    desired: DesiredState,
+    containers: Iterable[ObservedContainer] = (),
+    *,
+    listening: Iterable[int] = (),
+    unmanaged: Iterable[UnmanagedContainer] = (),
+    lease: Lease | None = None,
+    missing_models: Iterable[str] = (),
+) -> ObservedHost:
     paths = {m.path for m in desired.models.values()}
     models = {p: ModelPresence(p not in set(missing_models), 1 << 30) for p in paths}
-    return ObservedHost(host=name, reachable=True, error=None, containers=tuple(containers),
-                        unmanaged=tuple(unmanaged), listening=frozenset(listening), memory=None, disk_free=None,
-                        disk_total=None, models=models, lease=lease, probe_errors=(), probed_at=1000.0)
+    return ObservedHost(
+        host=name,
+        reachable=True,
+        error=None,
+        containers=tuple(containers),
+        unmanaged=tuple(unmanaged),
+        listening=frozenset(listening),
+        memory=None,
+        disk_free=None,
+        disk_total=None,
+        models=models,
+        lease=lease,
+        probe_errors=(),
+        probed_at=1000.0,
+    )
 
 
 def empty_fleet(desired: DesiredState, **overrides: ObservedHost) -> ObservedFleet:
@@ -46,10 +65,12 @@ def applied_fleet(desired: DesiredState, result: Plan, state: str = "running") -
     for lp in result.lanes:
         if lp.action in {"deploy", "noop"}:
             for h, spec in lp.specs:
-                per_host[h].append(ObservedContainer(spec.name, "id-" + spec.name, spec.image, "sha256:x", state, 0,
-                                                     dict(spec.labels)))
+                per_host[h].append(
+                    ObservedContainer(spec.name, "id-" + spec.name, spec.image, "sha256:x", state, 0, dict(spec.labels))
+                )
     listening: Mapping[str, set[int]] = {
-        h: {int(dict(c.labels)["lanes.port"]) for c in cs if c.running} for h, cs in per_host.items()}
+        h: {int(dict(c.labels)["lanes.port"]) for c in cs if c.running} for h, cs in per_host.items()
+    }
     return ObservedFleet({h: host(h, desired, cs, listening=listening[h]) for h, cs in per_host.items()})
 
 
@@ -91,8 +112,15 @@ def test_planning_again_from_the_applied_state_is_empty() -> None:
 def test_a_new_commit_that_changes_no_lane_is_a_noop() -> None:
     desired = example_state()
     _, applied = converge(desired)
-    later = DesiredState(commit="f" * 40, fleet=desired.fleet, hosts=desired.hosts, models=desired.models,
-                         lanes=desired.lanes, upstreams=desired.upstreams, files=desired.files)
+    later = DesiredState(
+        commit="f" * 40,
+        fleet=desired.fleet,
+        hosts=desired.hosts,
+        models=desired.models,
+        lanes=desired.lanes,
+        upstreams=desired.upstreams,
+        files=desired.files,
+    )
     assert run(later, applied).empty
 
 
@@ -106,7 +134,8 @@ def test_image_bump_replaces_old_ranks_with_a_new_spec_hash() -> None:
     assert "runs spec" in lp.reason
     stop = next(s for s in lp.steps if isinstance(s, StopContainers))
     assert {(c.host, c.name) for c in stop.containers} == {
-        (f"dgx{i}", f"lanes-{PRODUCTION}-r{i - 1}") for i in range(1, 5)}
+        (f"dgx{i}", f"lanes-{PRODUCTION}-r{i - 1}") for i in range(1, 5)
+    }
     pull = next(s for s in lp.steps if isinstance(s, PullImages))
     assert {image for _, image in pull.pulls} == {NEW_IMAGE}
     old = first.lane(PRODUCTION)
@@ -126,7 +155,7 @@ def test_lane_moved_to_other_hosts_stops_old_and_starts_new() -> None:
     leases = next(s for s in lp.steps if isinstance(s, AcquireLeases))
     assert set(leases.hosts) == {"dgx5", "dgx6", "dgx7"}
     start = next(s for s in lp.steps if isinstance(s, StartRanks))
-    assert [h for h, _ in start.ranks][0] == "dgx7"
+    assert next(h for h, _ in start.ranks) == "dgx7"
 
 
 def test_stopping_a_lane_removes_its_containers() -> None:

@@ -186,9 +186,7 @@ def with_profile(
     profile = HardwareProfile(
         memory_total=Figure(value=torch_visible_gib, unit="GiB", source=src),
         torch_visible=Figure(value=torch_visible_gib, unit="GiB", source=src),
-        boot_free=Figure(
-            value=boot_free_gib or torch_visible_gib * max_boot_utilization, unit="GiB", source=src
-        ),
+        boot_free=Figure(value=boot_free_gib or torch_visible_gib * max_boot_utilization, unit="GiB", source=src),
         max_boot_utilization=Figure(value=max_boot_utilization, unit="fraction", source=src),
     )
     profiles: Mapping[str, HardwareProfile] = {**policies.hardware.profiles, name: profile}

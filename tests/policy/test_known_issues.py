@@ -112,10 +112,7 @@ def test_args_condition() -> None:
     [v] = issues(desired)
     assert v.severity == "warn"
     assert v.detail["issue"] == "sglang-42624-dspark-uncommitted-slots"
-    assert (
-        issues(dataclasses.replace(desired, lanes={"s": desired.lanes["s"].model_copy(update={"args": ()})}))
-        == []
-    )
+    assert issues(dataclasses.replace(desired, lanes={"s": desired.lanes["s"].model_copy(update={"args": ()})})) == []
 
 
 def test_bad_specifier_is_an_input_error() -> None:

@@ -15,9 +15,7 @@ POLICIES = only_rules(repo_policies(), "memory-budget", "boot-utilization")
 GB10 = int(121.7 * GIB)
 
 
-def findings(
-    desired: DesiredState, policies: PolicySet = POLICIES, rule: str = "memory-budget"
-) -> list[Violation]:
+def findings(desired: DesiredState, policies: PolicySet = POLICIES, rule: str = "memory-budget") -> list[Violation]:
     return [v for v in evaluate(desired, policies).violations if v.rule == rule]
 
 
@@ -29,9 +27,7 @@ def test_fits_with_room_no_finding() -> None:
 def test_mla_divided_by_tp_would_pass_but_whole_on_every_rank_denies() -> None:
     # MLA bf16: (512 + 64) x 2 = 1152 B per token per layer; 60 layers; 1,000,000 tokens.
     arch = mla(layers=60)
-    desired = one_lane_state(
-        arch, weight_bytes=160 * GIB, tp=4, kv_cache_dtype="bf16", max_model_len=1_000_000
-    )
+    desired = one_lane_state(arch, weight_bytes=160 * GIB, tp=4, kv_cache_dtype="bf16", max_model_len=1_000_000)
     verdict = evaluate(desired, POLICIES)
     kv = 1152 * 60 * 1_000_000
     budget = int(0.8 * GB10)

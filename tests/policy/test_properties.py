@@ -72,17 +72,13 @@ def lanes(draw: st.DrawFn, index: int) -> Lane:
     pp = draw(st.sampled_from([1, 2, 3]))
     count = tp * pp if draw(st.integers(0, 4)) else draw(st.integers(1, 8))
     hosts = draw(
-        st.lists(
-            st.sampled_from([*HOSTS, "ghost"]), min_size=min(count, 9), max_size=min(count, 9), unique=True
-        )
+        st.lists(st.sampled_from([*HOSTS, "ghost"]), min_size=min(count, 9), max_size=min(count, 9), unique=True)
     )
     return Lane(
         name=f"lane{index}",
         desired=draw(st.sampled_from(["running", "stopped"])),
         engine=draw(st.sampled_from(["sglang", "vllm", "flare", "generic"])),
-        engine_version=draw(
-            st.sampled_from(["0.26.1rc0+glm53.r39.vllm9e5d1793", "0.32.0", "weird", "0.0.0.dev1"])
-        ),
+        engine_version=draw(st.sampled_from(["0.26.1rc0+glm53.r39.vllm9e5d1793", "0.32.0", "weird", "0.0.0.dev1"])),
         image=draw(st.sampled_from([f"r/img@{DIGEST}", "r/img:latest"])),
         model=draw(st.sampled_from(["m0", "m1"])),
         hosts=tuple(hosts),

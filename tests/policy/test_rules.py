@@ -20,9 +20,7 @@ def run(desired: DesiredState, rule: str, policies: PolicySet = ALL) -> list[Vio
     return [v for v in evaluate(desired, only_rules(policies, rule)).violations if v.rule == rule]
 
 
-def two_lanes(
-    util_a: float = 0.4, util_b: float = 0.4, port_b: int = 8001, **b_fields: object
-) -> DesiredState:
+def two_lanes(util_a: float = 0.4, util_b: float = 0.4, port_b: int = 8001, **b_fields: object) -> DesiredState:
     b_fields.setdefault("served_model_name", "served-b")
     return state(
         [host("h0"), host("h1")],
@@ -162,9 +160,7 @@ def test_heads_must_split_over_tp() -> None:
 
 
 def test_image_by_tag_is_denied() -> None:
-    desired = state(
-        [host("h0")], [model("m")], [lane("l", "m", ["h0"], image="lmsysorg/sglang:v0.5.22-cu130")]
-    )
+    desired = state([host("h0")], [model("m")], [lane("l", "m", ["h0"], image="lmsysorg/sglang:v0.5.22-cu130")])
     [v] = run(desired, "image-digest")
     assert v.severity == "deny"
     assert "lmsysorg/sglang:v0.5.22-cu130@sha256:" in v.message

@@ -746,7 +746,7 @@ class Rig:
         def step(what: str, fn: Any) -> None:
             try:
                 fn()
-            except Exception as exc:  # noqa: BLE001 - teardown goes on whatever broke
+            except Exception as exc:
                 problems.append(f"{what}: {exc}")
 
         for host in self.hosts.values():

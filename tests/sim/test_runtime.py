@@ -152,9 +152,7 @@ async def test_run_ps_inspect_logs_stop_rm(
     assert info["Config"]["Cmd"][:3] == ["vllm", "serve", "/m/q"]
     assert info["State"]["Running"] is True
     assert info["HostConfig"]["NetworkMode"] == "host"
-    status, out, _ = await runtime.execute(
-        ["docker", "inspect", "-f", "{{.State.Status}} {{.Config.Labels}}", cid[:8]]
-    )
+    status, out, _ = await runtime.execute(["docker", "inspect", "-f", "{{.State.Status}} {{.Config.Labels}}", cid[:8]])
     assert out.startswith("running map[lanes.lane:l1 ")
     assert runtime.listening_ports() == [port]
 
@@ -191,9 +189,7 @@ async def test_run_errors(runtime: SimContainerRuntime, image: SimImage, port: i
     assert (status, err.splitlines()[0]) == (125, "unknown flag: --bogus")
     status, _, err = await runtime.execute(["docker", "run", "--name", "x", image.pinned])
     assert status == 125
-    status, _, err = await runtime.execute(
-        ["docker", "run", "-d", "--env-file", "/etc/lanes/none.env", image.pinned]
-    )
+    status, _, err = await runtime.execute(["docker", "run", "-d", "--env-file", "/etc/lanes/none.env", image.pinned])
     assert status == 125
     assert "no such file" in err
     status, _, err = await runtime.execute(["docker", "run", "-d", "--name", "bad name", image.pinned])
@@ -212,9 +208,7 @@ async def test_run_errors(runtime: SimContainerRuntime, image: SimImage, port: i
     assert "is not a docker command" in err
 
 
-async def test_rm_force_really_ends_the_process(
-    runtime: SimContainerRuntime, image: SimImage, port: int
-) -> None:
+async def test_rm_force_really_ends_the_process(runtime: SimContainerRuntime, image: SimImage, port: int) -> None:
     await runtime.execute(_run_argv(image.pinned, "l1-r0", port))
     pid = runtime.containers["l1-r0"].pid
     assert runtime.alive_pids() == [pid]
@@ -263,9 +257,7 @@ async def test_probe_reports_containers_memory_models_and_lease(
     assert 118 * GIB < idle.memory.total_bytes < 120 * GIB
 
     await runtime.execute(_run_argv(image.pinned, "l1-r0", port))
-    await runtime.execute(
-        ["docker", "run", "-d", "--name", "hand-made", image.pinned, "serve", "x", "--port", "1"]
-    )
+    await runtime.execute(["docker", "run", "-d", "--name", "hand-made", image.pinned, "serve", "x", "--port", "1"])
     await runtime.execute(fc.lease_argv("acquire", "/var/lib/lanes/lease.json", "lanes@ctl", 60))
 
     async def listening() -> bool:

@@ -34,9 +34,7 @@ async def fleet(registry: SimRegistry, tmp_path: Path) -> AsyncIterator[SimFleet
     assert [pid for rt in runtimes for pid in rt.alive_pids()] == []
 
 
-async def _run(
-    fleet: SimFleet, name: str, argv: list[str], stdin: str | None = None
-) -> asyncssh.SSHCompletedProcess:
+async def _run(fleet: SimFleet, name: str, argv: list[str], stdin: str | None = None) -> asyncssh.SSHCompletedProcess:
     async with asyncssh.connect(**fleet.connect_options(name)) as conn:
         return await conn.run(shlex.join(argv), input=stdin, check=False)
 
@@ -144,16 +142,10 @@ async def test_other_user_and_other_key_are_refused(fleet: SimFleet, tmp_path: P
     assert fleet.commands_seen("spark1") == []
 
 
-async def test_close_ends_every_container(
-    registry: SimRegistry, image: SimImage, tmp_path: Path, port: int
-) -> None:
-    async with SimFleet(
-        ["a", "b"], base_address="127.77.3.", registry=registry, work_dir=tmp_path / "f"
-    ) as fleet:
+async def test_close_ends_every_container(registry: SimRegistry, image: SimImage, tmp_path: Path, port: int) -> None:
+    async with SimFleet(["a", "b"], base_address="127.77.3.", registry=registry, work_dir=tmp_path / "f") as fleet:
         for name in fleet.names:
-            result = await _run(
-                fleet, name, ["docker", "run", "-d", image.pinned, "serve", "m", "--port", str(port)]
-            )
+            result = await _run(fleet, name, ["docker", "run", "-d", image.pinned, "serve", "m", "--port", str(port)])
             assert result.exit_status == 0
         pids = [pid for n in fleet.names for pid in fleet.runtime(n).alive_pids()]
         assert len(pids) == 2

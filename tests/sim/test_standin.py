@@ -140,9 +140,7 @@ async def test_loads_then_serves(spawn: Spawn, port: int, eventually: Eventually
         models = (await client.get(_url(port, "/v1/models"))).json()
         assert [(m["id"], m["object"]) for m in models["data"]] == [("q", "model")]
         assert (await client.get(_url(port, "/version"))).json() == {"version": "0.32.0"}
-        done = await client.post(
-            _url(port, "/v1/completions"), json={"model": "q", "prompt": "a b c", "max_tokens": 4}
-        )
+        done = await client.post(_url(port, "/v1/completions"), json={"model": "q", "prompt": "a b c", "max_tokens": 4})
         body = done.json()
         assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
         assert len(body["choices"][0]["text"].split()) == 4
@@ -183,9 +181,7 @@ async def test_streaming_chat_with_usage(spawn: Spawn, port: int, eventually: Ev
         assert all("usage" not in e for e in plain[:-1])
 
 
-async def test_pacing_follows_prompt_and_generation_rates(
-    spawn: Spawn, port: int, eventually: Eventually
-) -> None:
+async def test_pacing_follows_prompt_and_generation_rates(spawn: Spawn, port: int, eventually: Eventually) -> None:
     spawn(
         "--bind",
         "127.0.0.1",
@@ -201,9 +197,7 @@ async def test_pacing_follows_prompt_and_generation_rates(
         body = {"prompt": "", "max_tokens": 40}
         _, _, total = await _stream(client, port, body, "/v1/completions")
         assert 0.15 < total < 0.6  # 39 gaps of 5 ms
-        _, ttft, _ = await _stream(
-            client, port, {"prompt": " ".join(["w"] * 30), "max_tokens": 1}, "/v1/completions"
-        )
+        _, ttft, _ = await _stream(client, port, {"prompt": " ".join(["w"] * 30), "max_tokens": 1}, "/v1/completions")
         assert 0.25 < ttft < 0.8  # 30 prompt tokens at 100 tokens/s
         # Each request is paced on its own: two at once take about as long as one.
         start = time.monotonic()
@@ -270,9 +264,7 @@ async def test_port_delay(spawn: Spawn, port: int, eventually: Eventually) -> No
 
 
 async def test_crash_after(spawn: Spawn, port: int) -> None:
-    proc = spawn(
-        "--bind", "127.0.0.1", "serve", "m", "--port", str(port), env={"STANDIN_CRASH_AFTER_S": "0.3"}
-    )
+    proc = spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port), env={"STANDIN_CRASH_AFTER_S": "0.3"})
     assert proc.wait(5) == 1
 
 
@@ -297,9 +289,7 @@ async def test_sigterm_mid_stream_exits_promptly(spawn: Spawn, port: int, eventu
     proc = spawn("--bind", "127.0.0.1", "serve", "m", "--port", str(port), env={"STANDIN_TG_TPS": "5"})
     async with httpx.AsyncClient(timeout=10) as client:
         await eventually(lambda: _answers(client, port), 5)
-        stream = asyncio.ensure_future(
-            _stream(client, port, {"prompt": "x", "max_tokens": 100}, "/v1/completions")
-        )
+        stream = asyncio.ensure_future(_stream(client, port, {"prompt": "x", "max_tokens": 100}, "/v1/completions"))
         await asyncio.sleep(0.3)
         start = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -30,9 +30,7 @@ def facts(folder: Path, name: str = "m", file_bytes_total: int | None = None) ->
     config = json.loads((folder / "config.json").read_text())
     index_path = folder / "model.safetensors.index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else None
-    return facts_from_checkpoint(
-        config, index, name=name, path=str(folder), file_bytes_total=file_bytes_total
-    )
+    return facts_from_checkpoint(config, index, name=name, path=str(folder), file_bytes_total=file_bytes_total)
 
 
 def roundtrip(spec: ModelSpec, notes: list[str]) -> ModelSpec:

@@ -63,9 +63,7 @@ class FakeSSHServer:
             "127.0.0.1",
             self.port,
             server_host_keys=[self.host_key],
-            authorized_client_keys=asyncssh.import_authorized_keys(
-                self.client_key.export_public_key().decode()
-            ),
+            authorized_client_keys=asyncssh.import_authorized_keys(self.client_key.export_public_key().decode()),
             process_factory=self._handle,
             encoding="utf-8",
             keepalive_interval=0,

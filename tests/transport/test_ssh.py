@@ -43,9 +43,7 @@ async def test_no_input_means_stdin_is_closed(ssh: SSHTransport, target: HostTar
     assert result.stdout == ""
 
 
-async def test_nonzero_exit_raises_with_host_argv_status_and_stderr(
-    ssh: SSHTransport, target: HostTarget
-) -> None:
+async def test_nonzero_exit_raises_with_host_argv_status_and_stderr(ssh: SSHTransport, target: HostTarget) -> None:
     with pytest.raises(RemoteCommandError) as caught:
         await ssh.run(target, ["false", "--flag"])
     err = caught.value
@@ -114,9 +112,7 @@ async def test_timeout_raises_host_unreachable_fast(ssh: SSHTransport, target: H
     assert (await ssh.run(target, ["echo", "ok"])).stdout == "ok\n"
 
 
-async def test_stopped_server_is_unreachable(
-    ssh: SSHTransport, ssh_server: FakeSSHServer, target: HostTarget
-) -> None:
+async def test_stopped_server_is_unreachable(ssh: SSHTransport, ssh_server: FakeSSHServer, target: HostTarget) -> None:
     await ssh.run(target, ["echo", "up"])
     await ssh_server.stop()
     with pytest.raises(HostUnreachableError, match="cannot connect") as caught:
@@ -169,9 +165,7 @@ async def test_connection_found_dead_is_reopened_once(
     assert ssh_server.execs == [["echo", "first"], ["echo", "second"]]
 
 
-async def test_unknown_host_key_is_refused_before_any_command(
-    ssh_server: FakeSSHServer, target: HostTarget
-) -> None:
+async def test_unknown_host_key_is_refused_before_any_command(ssh_server: FakeSSHServer, target: HostTarget) -> None:
     other = asyncssh.generate_private_key("ssh-ed25519")
     # Only another host is pinned; this one never was.
     line = ssh_server.known_hosts_line(other).replace("[127.0.0.1]", "[10.0.0.9]")
@@ -221,9 +215,7 @@ async def test_shell_metacharacters_arrive_as_exact_argv(
     assert ssh_server.execs == [argv]
 
 
-async def test_missing_known_hosts_file_is_a_host_key_error(
-    ssh_server: FakeSSHServer, target: HostTarget
-) -> None:
+async def test_missing_known_hosts_file_is_a_host_key_error(ssh_server: FakeSSHServer, target: HostTarget) -> None:
     missing = ssh_server.workdir / "no_such_known_hosts"
     transport = SSHTransport(missing, [ssh_server.client_key_path])
     try:

@@ -58,10 +58,7 @@ def _conditions_hold(when: IssueCondition, lane: Lane, model: ModelSpec | None) 
             return False
     if when.launcher is not None and lane.launcher != when.launcher:
         return False
-    for flag in when.args_include:
-        if not any(arg == flag or arg.startswith(flag + "=") for arg in lane.args):
-            return False
-    return True
+    return all(any(arg == flag or arg.startswith(flag + "=") for arg in lane.args) for flag in when.args_include)
 
 
 def _specifiers(issues: tuple[KnownIssue, ...]) -> list[SpecifierSet]:

@@ -45,9 +45,7 @@ def _detail(plan: LaneBudget, rank: RankBudget) -> dict[str, DetailValue]:
 
 
 def _sum(rank: RankBudget) -> str:
-    return (
-        f"weights {rank.weights / GIB:.1f} + KV {rank.kv_min / GIB:.1f} + overhead {rank.overhead / GIB:.1f}"
-    )
+    return f"weights {rank.weights / GIB:.1f} + KV {rank.kv_min / GIB:.1f} + overhead {rank.overhead / GIB:.1f}"
 
 
 def check_memory_budget(ctx: Context, rule: RuleSettings, plans: Mapping[str, LaneBudget]) -> None:
@@ -70,9 +68,7 @@ def check_memory_budget(ctx: Context, rule: RuleSettings, plans: Mapping[str, La
         for rank in plan.ranks:
             capacity = ctx.capacity(rank.host)
             assert capacity is not None
-            budget_words = (
-                f"{rank.budget / GIB:.1f} GiB ({rank.utilization:.2f} x {rank.capacity / GIB:.1f} GiB)"
-            )
+            budget_words = f"{rank.budget / GIB:.1f} GiB ({rank.utilization:.2f} x {rank.capacity / GIB:.1f} GiB)"
             detail = _detail(plan, rank)
             if rank.need > rank.budget:
                 hint, fits, needed_util = fix_hint(plan, rank, capacity.max_boot_utilization)

@@ -38,9 +38,7 @@ def _is_reference(value: str) -> bool:
     """Values that point at a secret instead of holding it: a path, an env expansion, nothing."""
     stripped = value.strip()
     return (
-        not stripped
-        or stripped.startswith(("/", "${", "$("))
-        or re.fullmatch(r"\$[A-Za-z_]\w*", stripped) is not None
+        not stripped or stripped.startswith(("/", "${", "$(")) or re.fullmatch(r"\$[A-Za-z_]\w*", stripped) is not None
     )
 
 
@@ -54,11 +52,7 @@ def check_secrets(ctx: Context, rule: RuleSettings) -> None:
             word = None if pattern is not None else _key_words(key, words)
             if pattern is None and (word is None or _is_reference(value)):
                 continue
-            why = (
-                "looks like a credential"
-                if pattern is not None
-                else f"is a literal value of a {word} variable"
-            )
+            why = "looks like a credential" if pattern is not None else f"is a literal value of a {word} variable"
             _report(ctx, rule, lane, where=f"env {key}", why=why, value=value)
         for index, arg in enumerate(lane.args):
             flag, equals, inline = arg.partition("=")

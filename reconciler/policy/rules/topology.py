@@ -56,8 +56,7 @@ def _shape(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
             severity="deny",
             lane=lane,
             message=(
-                f"dcp {lane.dcp} must divide tp {lane.tp} (DCP splits a TP group); use one of "
-                f"{_divisors(lane.tp)}"
+                f"dcp {lane.dcp} must divide tp {lane.tp} (DCP splits a TP group); use one of {_divisors(lane.tp)}"
             ),
             detail=shape,
         )
