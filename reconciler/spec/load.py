@@ -18,7 +18,7 @@ from reconciler.spec.lane import Lane
 from reconciler.spec.model import ModelSpec
 from reconciler.spec.policyfiles import HardwareFile, KnownIssuesFile, RulesFile
 from reconciler.spec.upstream import UpstreamsFile
-from reconciler.spec.yamlsrc import line_of, parse_yaml, validate
+from reconciler.spec.yamlsrc import parse_yaml, validate
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -73,14 +73,14 @@ def _load_named(files: Mapping[str, bytes], folder: str, model: type[Any]) -> tu
             raise InputError("only .yaml files belong here", file=path)
         stem = _stem(path)
         doc = parse_yaml(path, files[path])
-        if isinstance(doc, Mapping) and "name" in doc and doc["name"] != stem:
+        if isinstance(doc.value, Mapping) and "name" in doc.value and doc.value["name"] != stem:
             raise InputError(
-                f"name '{doc['name']}' differs from the file name '{stem}'; rename one of them",
+                f"name '{doc.value['name']}' differs from the file name '{stem}'; rename one of them",
                 file=path,
-                line=line_of(doc, ("name",)),
+                line=doc.line(("name",)),
                 field="name",
             )
-        obj = validate(model, doc, path, defaults={"name": stem})
+        obj = validate(model, doc, defaults={"name": stem})
         if obj.name in out:
             raise InputError(f"{kind[:-1]} '{obj.name}' is defined twice (also in {where[obj.name]})", file=path)
         out[obj.name] = obj
@@ -93,14 +93,14 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
     fleet_path = f"{state_dir}/fleet.yaml"
     if fleet_path not in files:
         raise InputError(f"missing {fleet_path}: every state repo needs fleet defaults", file=fleet_path)
-    fleet = validate(FleetDefaults, parse_yaml(fleet_path, files[fleet_path]), fleet_path)
+    fleet = validate(FleetDefaults, parse_yaml(fleet_path, files[fleet_path]))
     hosts, host_files = _load_named(files, f"{state_dir}/hosts", Host)
     models, model_files = _load_named(files, f"{state_dir}/models", ModelSpec)
     lanes, lane_files = _load_named(files, f"{state_dir}/lanes", Lane)
     upstreams = UpstreamsFile()
     ups_path = f"{state_dir}/upstreams.yaml"
     if ups_path in files:
-        upstreams = validate(UpstreamsFile, parse_yaml(ups_path, files[ups_path]), ups_path)
+        upstreams = validate(UpstreamsFile, parse_yaml(ups_path, files[ups_path]))
     source_names = {source.name for source in upstreams.sources}
     for name, lane in lanes.items():
         path = lane_files[name]
@@ -110,7 +110,7 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
             raise InputError(
                 f"model '{lane.model}' is not defined in {state_dir}/models/ (known: {known})",
                 file=path,
-                line=line_of(doc, ("model",)),
+                line=doc.line(("model",)),
                 field="model",
             )
         for ref, field_name in ((lane.upstream, "upstream"), (lane.track.source if lane.track else None, "track")):
@@ -119,7 +119,7 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
                 raise InputError(
                     f"upstream source '{ref}' is not declared in {ups_path}",
                     file=path,
-                    line=line_of(doc, (field_name,)),
+                    line=doc.line((field_name,)),
                     field=field_name if field_name == "upstream" else "track.source",
                 )
     where = {f"hosts/{k}": v for k, v in host_files.items()}
@@ -135,7 +135,7 @@ def load_policies(files: Mapping[str, bytes], *, policies_dir: str = "policies")
         path = f"{policies_dir}/{name}"
         if path not in files:
             raise InputError(f"missing policy file {path}", file=path)
-        return validate(model, parse_yaml(path, files[path]), path)
+        return validate(model, parse_yaml(path, files[path]))
 
     return PolicySet(
         hardware=one("hardware.yaml", HardwareFile),

@@ -1,0 +1,164 @@
+"""`lanes check` through the real CLI on real git repositories."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+
+import pygit2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from reconciler.cli.main import app
+from tests.example import GLM, MINIMAX, PRODUCTION, ROOT, repo_files
+from tests.gitrepo import commit_files, make_repo
+
+pytestmark = pytest.mark.timeout(120)
+runner = CliRunner()
+
+
+def check(repo: Path, *extra: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["check", "--repo", str(repo), *extra])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+def test_the_repos_own_state_passes_with_the_glm_lane_explained_by_numbers() -> None:
+    code, out = check(ROOT, "--json")
+    assert code == 0, out
+    verdict = json.loads(out)
+    assert verdict["ok"] is True and re.fullmatch(r"[0-9a-f]{40}", verdict["commit"])
+    glm = [v for v in verdict["violations"] if v["lane"] == GLM]
+    assert glm and all(v["severity"] == "warn" for v in glm)
+    budget = next(v for v in glm if v["rule"] == "memory-budget")
+    assert set(budget) == {"rule", "severity", "lane", "host", "rank", "message", "detail"}
+    need_gib = budget["detail"]["need_gib"]
+    assert 98 <= need_gib <= 100, budget
+    assert "98.9 GiB" in budget["message"] or "99" in budget["message"]
+
+
+def test_minimax_at_tp4_passes_when_switched_to_running(tmp_path: Path) -> None:
+    files = repo_files()
+    lane_path = f"state/lanes/{MINIMAX}.yaml"
+    prod_path = f"state/lanes/{PRODUCTION}.yaml"
+    files[lane_path] = files[lane_path].replace(b"desired: stopped", b"desired: running")
+    files[prod_path] = files[prod_path].replace(b"desired: running", b"desired: stopped")
+    make_repo(tmp_path, files)
+    code, out = check(tmp_path, "--json")
+    verdict = json.loads(out)
+    assert code == 0, out
+    assert not [v for v in verdict["violations"] if v["lane"] == MINIMAX]
+    # Both on the same four Sparks: the host-sharing rule denies, naming both lanes.
+    files[prod_path] = files[prod_path].replace(b"desired: stopped", b"desired: running")
+    repo = pygit2.Repository(str(tmp_path))
+    commit_files(repo, files)
+    code, out = check(tmp_path, "--json")
+    verdict = json.loads(out)
+    assert code == 1
+    sharing = [v for v in verdict["violations"] if v["rule"] == "host-sharing"]
+    assert {v["lane"] for v in sharing} == {MINIMAX, PRODUCTION}
+
+
+def test_the_human_output_shows_the_budget_table() -> None:
+    code, out = check(ROOT)
+    assert code == 0
+    for word in ("weights", "KV", "overhead", "need", "budget", "headroom", PRODUCTION):
+        assert word in out
+
+
+def test_check_reads_the_commit_not_the_working_tree(tmp_path: Path) -> None:
+    make_repo(tmp_path)
+    (tmp_path / "state" / "lanes").mkdir(parents=True)
+    (tmp_path / "state" / "lanes" / "broken.yaml").write_text("engine: [")
+    code, _ = check(tmp_path)
+    assert code == 0
+
+
+def test_rev_selects_an_older_commit(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    first = str(repo.head.target)
+    files = repo_files()
+    files[f"state/lanes/{PRODUCTION}.yaml"] += b"\nbogus_field: 1\n"
+    commit_files(repo, files)
+    assert check(tmp_path)[0] == 2
+    assert check(tmp_path, "--rev", first)[0] == 0
+    code, out = check(tmp_path, "--rev", "no-such-branch")
+    assert code == 2 and "no-such-branch" in out
+
+
+def test_invalid_yaml_names_file_and_line(tmp_path: Path) -> None:
+    files = repo_files()
+    files[f"state/lanes/{PRODUCTION}.yaml"] = b"engine: sglang\nhosts: [dgx1, dgx2\nport: 8000\n"
+    make_repo(tmp_path, files)
+    code, out = check(tmp_path)
+    assert code == 2
+    assert f"state/lanes/{PRODUCTION}.yaml:" in out and "Traceback" not in out
+
+
+def test_a_wrong_field_names_file_line_and_field_in_json(tmp_path: Path) -> None:
+    files = repo_files()
+    path = f"state/lanes/{PRODUCTION}.yaml"
+    files[path] = files[path].replace(b"tp: 4", b"tp: four")
+    make_repo(tmp_path, files)
+    code, out = check(tmp_path, "--json")
+    assert code == 2
+    error = json.loads(out)
+    assert error["file"] == path and error["field"] == "tp" and isinstance(error["line"], int)
+    text = files[path].decode().splitlines()
+    assert "tp: four" in text[error["line"] - 1]
+
+
+def test_not_a_repository_is_bad_input(tmp_path: Path) -> None:
+    code, out = check(tmp_path / "nowhere")
+    assert code == 2 and "not a git repository" in out
+
+
+MUTATIONS = ("unknown-field", "wrong-type", "missing-required", "broken-syntax", "not-a-mapping", "binary")
+TARGETS = sorted(p for p in repo_files() if p.startswith("state/") and p.endswith(".yaml"))
+
+
+def mutate(data: bytes, how: str, path: str, salt: int) -> bytes:
+    if how == "unknown-field":
+        return data + f"\nunexpected_field_{salt}: 1\n".encode()
+    if how == "wrong-type":
+        if b"\naddress:" in b"\n" + data:
+            return re.sub(rb"(?m)^address: .*$", b"address: [1, 2]", data)
+        if b"weight_bytes:" in data:
+            return re.sub(rb"(?m)^weight_bytes: .*$", b"weight_bytes: lots", data)
+        if b"gpu_memory_utilization:" in data:
+            return re.sub(rb"(?m)^gpu_memory_utilization: .*$", b"gpu_memory_utilization: high", data)
+        if path.endswith("upstreams.yaml"):
+            return data.replace(b"kind: github-releases", b"kind: 12", 1)
+        return re.sub(rb"(?m)^ssh_port: .*$", b"ssh_port: twenty-two", data)
+    if how == "missing-required":
+        for key in (b"engine:", b"address:", b"weight_bytes:", b"repo:", b"ssh_port:"):
+            if re.search(rb"(?m)^\s*" + key, data):
+                if key == b"ssh_port:":
+                    return re.sub(rb"(?m)^ssh_port: .*$", b"ssh_port: -1", data)
+                return re.sub(rb"(?m)^\s*" + key + rb".*$", b"", data, count=1)
+        return data + b"\n  - kind: nothing\n"
+    if how == "broken-syntax":
+        return data + b"\nkey: [unclosed, \n  - : :\n"
+    if how == "not-a-mapping":
+        return b"- just\n- a list\n"
+    return bytes([0xFF, 0xFE, salt % 256]) + data
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(target=st.sampled_from(TARGETS), how=st.sampled_from(MUTATIONS), salt=st.integers(0, 10_000))
+def test_random_mutations_of_valid_yaml_exit_2_with_file_and_field(target: str, how: str, salt: int) -> None:
+    files = repo_files()
+    files[target] = mutate(files[target], how, target, salt)
+    with tempfile.TemporaryDirectory() as tmp:
+        make_repo(Path(tmp), files)
+        code, out = check(Path(tmp), "--json")
+    assert code == 2, (target, how, out)
+    error = json.loads(out)
+    assert error["ok"] is False and error["file"] == target, (how, error)
+    if how in {"unknown-field", "wrong-type"}:
+        assert error["field"], error
+    assert "Traceback" not in out
