@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -53,11 +54,11 @@ def clone_repo(source: str, dest: Path) -> Path:
     return dest
 
 
-def registry_for(loaded: LoadedCommit) -> SimRegistry:
+def registry_for(loaded: LoadedCommit, standin_env: Mapping[str, str] | None = None) -> SimRegistry:
     registry = SimRegistry()
     for lane in loaded.desired.lanes.values():
         if registry.resolve(lane.image) is None:
-            registry.add(lane.image, env=STANDIN_ENV)
+            registry.add(lane.image, env={**STANDIN_ENV, **(standin_env or {})})
     return registry
 
 
@@ -77,12 +78,17 @@ def loopback_base(salt: int = 0) -> str:
 
 
 async def start_sim(
-    loaded: LoadedCommit, workdir: Path, *, base_address: str | None = None, clone: Path | None = None
+    loaded: LoadedCommit,
+    workdir: Path,
+    *,
+    base_address: str | None = None,
+    clone: Path | None = None,
+    standin_env: Mapping[str, str] | None = None,
 ) -> DemoEnv:
     """Simulated Sparks for every host of `loaded`, and a reconciler wired to them."""
     fleet = SimFleet(
         sorted(loaded.desired.hosts),
-        registry=registry_for(loaded),
+        registry=registry_for(loaded, standin_env),
         work_dir=workdir / "sim",
         base_address=base_address or loopback_base(),
     )

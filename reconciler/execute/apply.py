@@ -194,9 +194,13 @@ class Executor:
         return LaneResult(lp.lane, "stop", "stopped")
 
     async def _lease(self, hosts: tuple[str, ...], lease_file: str, leased: list[str]) -> None:
-        for host in hosts:
+        async def one(host: str) -> None:
             await self.ops.acquire_lease(host, lease_file, self.config.owner, self.config.lease_ttl_s)
             leased.append(host)
+
+        errors = await gather_hosts([one(h) for h in hosts])
+        if errors:
+            raise _StepFailedError("lease", "; ".join(map(str, errors)), touched=False)
 
     async def _release(self, hosts: list[str], lease_file: str) -> None:
         await asyncio.gather(*(self.ops.release_lease(h, lease_file, self.config.owner) for h in hosts))
@@ -272,9 +276,11 @@ class Executor:
             raise _StepFailedError("pull", "; ".join(map(str, errors)), touched=False)
 
     async def _env_files(self, step: WriteEnvFiles) -> None:
-        for host, path, pairs in step.files:
-            text = env_file_text([(env, self.secrets.get(name)) for env, name in pairs])
-            await self.ops.write_env_file(host, path, text)
+        texts = [(host, path, env_file_text([(env, self.secrets.get(name)) for env, name in pairs]))
+                 for host, path, pairs in step.files]
+        errors = await gather_hosts([self.ops.write_env_file(host, path, text) for host, path, text in texts])
+        if errors:
+            raise _StepFailedError("env-files", "; ".join(map(str, errors)), touched=False)
 
     async def _drop(self, step: DropCaches) -> None:
         await gather_hosts([self.ops.drop_caches(h) for h in step.hosts])

@@ -21,11 +21,10 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,271 +32,32 @@ from typing import Any
 import httpx
 
 from tests.rig import image
+from tests.rig.machine import (
+    DOCKER_WRAPPER,
+    ENGINE_PORT,
+    HOST_NAMES,
+    IMAGE_REPO,
+    LANES_ENV,
+    LINK_PREFIX,
+    PREFIX,
+    REGISTRY,
+    ROOT_ADDRESS,
+    STANDIN_ARGS,
+    SUBNET,
+    RigError,
+    cleanup_stale,
+    delete_link,
+    ensure_packages,
+    install_podman_conf,
+    podman_local,
+    remove_rig_dir,
+    restore_podman_conf,
+    sh,
+    stop_pid,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LANES = REPO / ".venv" / "bin" / "lanes"
-
-PREFIX = "lanesrig"
-"""Prefix of every name the rig makes: namespaces, the rig folder, the registries.conf.d file."""
-LINK_PREFIX = "lrig"
-"""Interface names are limited to 15 characters: `lrig<pid>b` (bridge), `lrig<pid>h<i>` (veths)."""
-
-SUBNET = "10.213.47"
-ROOT_ADDRESS = f"{SUBNET}.1"
-REGISTRY_PORT = 5000
-REGISTRY = f"{ROOT_ADDRESS}:{REGISTRY_PORT}"
-HOST_NAMES = ("rig1", "rig2", "rig3", "rig4")
-IMAGE_REPO = "lanes/standin"
-ENGINE_PORT = 8000
-
-PACKAGES = {  # binary -> Debian package
-    "/usr/sbin/sshd": "openssh-server",
-    "/usr/bin/podman": "podman",
-    "/usr/sbin/runc": "runc",
-    "/usr/bin/docker-registry": "docker-registry",
-    "/usr/bin/skopeo": "skopeo",
-    "/usr/sbin/ip": "iproute2",
-}
-
-CONTAINERS_CONF = Path("/etc/containers/containers.conf")
-CONTAINERS_CONF_BACKUP = Path(f"/etc/containers/containers.conf.{PREFIX}-backup")
-CONTAINERS_CONF_TEXT = """\
-# Written by the lanes integration rig (tests/rig); restored when the rig stops.
-# crun fails here (cgroups in hybrid mode); default ulimits need CAP_SYS_RESOURCE.
-[containers]
-default_ulimits = []
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-"""
-REGISTRIES_CONF = Path(f"/etc/containers/registries.conf.d/50-{PREFIX}.conf")
-NO_CONF_MARK = "# none"
-"""Content of the backup file when there was no containers.conf to restore."""
-
-STANDIN_ARGS = ("python3", "-m", "reconciler.sim.standin")
-
-# The `docker` every host has on its PATH: podman on that host's own store, picked by the
-# RIG_HOST variable its sshd sets. podman 4.3 has no --gpus; on a Spark the NVIDIA runtime
-# consumes it, here there is no GPU, so it is dropped. `ps --format '{{json .}}'` is printed
-# the way docker prints it. Every invocation is logged so a test can tell that nothing ran on a host.
-DOCKER_WRAPPER = r'''#!/usr/bin/python3 -I
-import json, os, subprocess, sys, time
-RIG = @RIG@
-host = os.environ.get("RIG_HOST", "")
-if not host or "/" in host or not os.path.isdir(os.path.join(RIG, "hosts", host)):
-    sys.stderr.write("docker (lanes rig): RIG_HOST is not a rig host: %r\n" % host)
-    sys.exit(125)
-base = os.path.join(RIG, "hosts", host)
-args = sys.argv[1:]
-with open(os.path.join(base, "docker.log"), "a") as log:
-    log.write(json.dumps({"t": time.time(), "argv": args}) + "\n")
-BOOL = {"-d", "--detach", "--rm", "-i", "-t", "-it", "--privileged", "--init", "--read-only", "-q", "--quiet"}
-if args and args[0] == "run":
-    out, i, rest = ["run"], 1, []
-    while i < len(args):
-        a = args[i]
-        if a == "--" or not a.startswith("-"):
-            rest = args[i:]
-            break
-        if a.startswith("--gpus="):
-            i += 1
-            continue
-        if a == "--gpus":
-            i += 2
-            continue
-        if a in BOOL or "=" in a:
-            out.append(a)
-            i += 1
-            continue
-        out += args[i:i + 2]
-        i += 2
-    args = out + rest
-podman = ["podman", "--root", base + "/storage", "--runroot", base + "/run", "--tmpdir", base + "/tmp",
-          "--events-backend", "file"]
-# docker prints `ps --format '{{json .}}'` as one object per line; podman 4.3 prints one JSON array.
-if args and args[0] == "ps" and ("{{json .}}" in args or "--format={{json .}}" in args):
-    args = ["--format=json" if a == "--format={{json .}}" else ("json" if a == "{{json .}}" else a) for a in args]
-    p = subprocess.run(podman + args, stdout=subprocess.PIPE, universal_newlines=True)
-    for item in json.loads(p.stdout or "[]") if p.returncode == 0 else []:
-        print(json.dumps(item))
-    sys.exit(p.returncode)
-os.execv("/usr/bin/podman", podman + args)
-'''
-
-
-class RigError(RuntimeError):
-    """The rig could not be built or driven; the message says which step."""
-
-
-def sh(argv: Sequence[str], *, check: bool = True, timeout: float = 120.0, env: Mapping[str, str] | None = None,
-       input: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a local command; on failure raise with the argv and the tail of its stderr."""
-    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                            env=dict(env) if env is not None else None, input=input, cwd=cwd)
-    if check and result.returncode != 0:
-        raise RigError(f"{shlex.join(argv)}: exit {result.returncode}: {result.stderr.strip()[-2000:]}")
-    return result
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _children(pid: int) -> list[int]:
-    kids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name is in parentheses and may hold spaces: fields start after the last ')'.
-        fields = stat.rsplit(")", 1)[1].split()
-        if len(fields) > 1 and int(fields[1]) == pid:
-            kids.append(int(entry.name))
-    return kids
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def stop_pid(pid: int, *, must_contain: str, timeout: float = 5.0) -> None:
-    """SIGTERM one process the rig started (and its children: sshd's per-connection processes), then SIGKILL.
-
-    `must_contain` guards against a recycled pid: the process's command line must mention it.
-    """
-    if not pid_alive(pid) or must_contain not in _cmdline(pid):
-        return
-    victims = [pid, *_children(pid)]
-    for victim in victims:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(victim, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(pid_alive(v) and _cmdline(v) for v in victims):
-        time.sleep(0.05)
-    for victim in victims:
-        if pid_alive(victim) and _cmdline(victim):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGKILL)
-
-
-def ensure_packages() -> None:
-    """Install the Debian packages the rig needs, only when one of their binaries is missing."""
-    missing = sorted({pkg for binary, pkg in PACKAGES.items() if not Path(binary).exists()})
-    if not missing:
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    sh(["apt-get", "update", "-q"], env=env, timeout=300)
-    sh(["apt-get", "install", "-y", "-q", *PACKAGES.values()], env=env, timeout=600)
-
-
-def rig_unavailable_reason() -> str | None:
-    """Why the rig cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "the rig tier needs root (network namespaces, sshd, podman stores)"
-    if shutil.which("ip") is None and not Path("/usr/sbin/ip").exists():
-        return None  # iproute2 gets installed; `ip netns` is checked after that
-    return None
-
-
-def netns_reason() -> str | None:
-    """Whether `ip netns` works here (namespaces need CAP_SYS_ADMIN and a mountable /run/netns)."""
-    probe = f"{PREFIX}-probe-{os.getpid()}"
-    made = sh(["ip", "netns", "add", probe], check=False)
-    if made.returncode != 0:
-        return f"`ip netns add` is unavailable here: {made.stderr.strip()}"
-    sh(["ip", "netns", "delete", probe], check=False)
-    return None
-
-
-def install_podman_conf() -> None:
-    """containers.conf as RIG.md says (runc, cgroupfs, no default ulimits); the original is kept aside."""
-    CONTAINERS_CONF.parent.mkdir(parents=True, exist_ok=True)
-    if not CONTAINERS_CONF_BACKUP.exists():
-        original = CONTAINERS_CONF.read_text() if CONTAINERS_CONF.exists() else NO_CONF_MARK
-        CONTAINERS_CONF_BACKUP.write_text(original)
-    CONTAINERS_CONF.write_text(CONTAINERS_CONF_TEXT)
-    REGISTRIES_CONF.parent.mkdir(parents=True, exist_ok=True)
-    REGISTRIES_CONF.write_text(
-        "# The lanes integration rig's registry (plain HTTP); removed when the rig stops.\n"
-        f'[[registry]]\nlocation = "{REGISTRY}"\ninsecure = true\n'
-    )
-
-
-def restore_podman_conf() -> None:
-    if CONTAINERS_CONF_BACKUP.exists():
-        original = CONTAINERS_CONF_BACKUP.read_text()
-        if original == NO_CONF_MARK:
-            CONTAINERS_CONF.unlink(missing_ok=True)
-        else:
-            CONTAINERS_CONF.write_text(original)
-        CONTAINERS_CONF_BACKUP.unlink()
-    REGISTRIES_CONF.unlink(missing_ok=True)
-
-
-def _mounts_under(folder: Path) -> list[str]:
-    prefix = str(folder) + "/"
-    points = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].encode().decode("unicode_escape")
-        if point.startswith(prefix) or point == str(folder):
-            points.append(point)
-    return sorted(points, key=len, reverse=True)
-
-
-def podman_local(store: Path, *args: str, check: bool = True, timeout: float = 120.0
-                 ) -> subprocess.CompletedProcess[str]:
-    """podman on one of the rig's stores, from the root namespace."""
-    return sh(["podman", "--root", str(store / "storage"), "--runroot", str(store / "run"), "--tmpdir",
-               str(store / "tmp"), "--events-backend", "file", *args], check=check, timeout=timeout)
-
-
-def remove_rig_dir(folder: Path) -> None:
-    """Remove a rig folder: containers and images of every store first, then podman's mounts, then files."""
-    stores = [p.parent for p in folder.glob("*/*/storage")] + [p.parent for p in folder.glob("*/storage")]
-    for store in stores:
-        podman_local(store, "rm", "-af", "-t", "0", check=False)
-        podman_local(store, "rmi", "-af", check=False)
-    for point in _mounts_under(folder):
-        sh(["umount", "-l", point], check=False)
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def cleanup_stale() -> None:
-    """Remove what rigs whose pytest process is gone left behind: processes, stores, links, namespaces."""
-    base = Path(tempfile.gettempdir())
-    for folder in base.glob(f"{PREFIX}-*"):
-        owner = folder.name.rsplit("-", 1)[-1]
-        if owner.isdigit() and pid_alive(int(owner)) and int(owner) != os.getpid():
-            raise RigError(f"another rig (pid {owner}, {folder}) is running: its subnet {SUBNET}.0/24 is taken")
-        for pidfile in folder.glob("**/*.pid"):
-            with contextlib.suppress(ValueError, OSError):
-                stop_pid(int(pidfile.read_text().split()[0]), must_contain=str(folder))
-        remove_rig_dir(folder)
-    for line in sh(["ip", "netns", "list"], check=False).stdout.splitlines():
-        name = line.split()[0] if line.split() else ""
-        if name.startswith(f"{PREFIX}-"):
-            sh(["ip", "netns", "delete", name], check=False)
-    links = sh(["ip", "-o", "link", "show"], check=False).stdout
-    for line in links.splitlines():
-        parts = line.split(":")
-        if len(parts) > 1:
-            dev = parts[1].strip().split("@")[0]
-            if dev.startswith(LINK_PREFIX) and dev[len(LINK_PREFIX):len(LINK_PREFIX) + 1].isdigit():
-                sh(["ip", "link", "delete", dev], check=False)
-    restore_podman_conf()
-
 
 @dataclass
 class RigHost:
@@ -370,6 +130,7 @@ class Rig:
     images: Images | None = None
     registry_proc: subprocess.Popen[bytes] | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    db_name: str = "main"
     _made_bridge: bool = False
     _conf_installed: bool = False
 
@@ -393,7 +154,8 @@ class Rig:
 
     @property
     def db(self) -> Path:
-        return self.folder / "lanes.db"
+        """The journal of the current test (each test gets a fresh one: see `reset`)."""
+        return self.folder / f"lanes-{self.db_name}.db"
 
     @property
     def model_path(self) -> Path:
@@ -537,9 +299,9 @@ class Rig:
             "storage": {"filesystem": {"rootdirectory": str(self.folder / "registry")}, "delete": {"enabled": True}},
             "http": {"addr": REGISTRY},
         }))
-        log = (self.folder / "registry.log").open("ab")
-        self.registry_proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log,
-                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with (self.folder / "registry.log").open("ab") as log:
+            self.registry_proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log,
+                                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         (self.folder / "registry.pid").write_text(f"{self.registry_proc.pid}\n")
         deadline = time.monotonic() + 15
         while True:
@@ -700,9 +462,31 @@ class Rig:
     def lanes(self, *args: str, timeout: float = 240.0) -> LaneRun:
         argv = [str(LANES), *args]
         t0 = time.monotonic()
-        result = sh(argv, check=False, timeout=timeout, cwd=self.folder,
-                    env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+        result = sh(argv, check=False, timeout=timeout, cwd=self.folder, env=LANES_ENV)
         return LaneRun(argv, result.returncode, result.stdout, result.stderr, time.monotonic() - t0)
+
+    def apply_watching(self, on_progress: Callable[[str], None], *extra: str, timeout: float = 240.0) -> LaneRun:
+        """`lanes apply --json`, calling `on_progress` with each progress line (stderr) as it comes."""
+        argv = [str(LANES), "apply", *self.connect_args(), "--yes", "--json", *extra]
+        t0 = time.monotonic()
+        with tempfile.TemporaryFile("w+") as out, subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=self.folder,
+                env=LANES_ENV) as proc:
+            assert proc.stderr is not None
+            lines = []
+            try:
+                for line in proc.stderr:
+                    lines.append(line)
+                    on_progress(line)
+                    if time.monotonic() - t0 > timeout:
+                        raise RigError(f"lanes apply ran over {timeout} s")
+                proc.wait(timeout=max(timeout - (time.monotonic() - t0), 1))
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            out.seek(0)
+            return LaneRun(argv, proc.returncode, out.read(), "".join(lines), time.monotonic() - t0)
 
     def connect_args(self) -> list[str]:
         return ["--repo", str(self.clone), "--db", str(self.db), "--known-hosts", str(self.known_hosts),
@@ -727,15 +511,33 @@ class Rig:
         sh(["ip", "link", "set", self.hosts[host].veth, "up" if up else "down"])
 
     def replace_host_key(self, host: str) -> None:
-        """Restart a host's sshd with a freshly generated host key (a reinstalled host, or an impostor)."""
+        """Restart a host's sshd with a freshly generated host key (a reinstalled host, or an impostor).
+
+        The pinned key is kept aside, so `restore_host_key` can put the host back as it was.
+        """
         h = self.hosts[host]
         self.stop_sshd(h)
+        for path in (h.hostkey, h.hostkey.with_suffix(".pub")):
+            shutil.copy2(path, path.with_name(path.name + ".pinned"))
         self._start_sshd(h, new_key=True)
 
-    def remove_all_containers(self) -> None:
-        """Reset between tests: no container on any host (over each host's own store, locally)."""
+    def restore_host_key(self, host: str) -> None:
+        h = self.hosts[host]
+        pinned = h.hostkey.with_name(h.hostkey.name + ".pinned")
+        if not pinned.exists():
+            return
+        self.stop_sshd(h)
+        for path in (h.hostkey, h.hostkey.with_suffix(".pub")):
+            path.with_name(path.name + ".pinned").replace(path)
+        self._start_sshd(h, new_key=False)
+
+    def reset(self, name: str) -> None:
+        """Between tests: every link up, no container on any host, a fresh journal named after the test."""
         for host in self.hosts.values():
+            self.set_link(host.name, True)
             podman_local(host.folder, "rm", "-af", "-t", "0", check=False)
+        self.db_name = name
+        self.db.unlink(missing_ok=True)
 
     # ---- teardown ------------------------------------------------------------------------------
 
@@ -769,21 +571,14 @@ class Rig:
             step("registry", stop_registry)
         for host in self.hosts.values():
             step(f"netns {host.netns}", lambda h=host: sh(["ip", "netns", "delete", h.netns], check=False))
-            step(f"veth {host.veth}", lambda h=host: _delete_link(h.veth))
+            step(f"veth {host.veth}", lambda h=host: delete_link(h.veth))
         if self._made_bridge:
-            step("bridge", lambda: _delete_link(self.bridge))
+            step("bridge", lambda: delete_link(self.bridge))
         if self._conf_installed:
             step("containers.conf", restore_podman_conf)
         if self.folder.exists():
             step("rig folder", lambda: remove_rig_dir(self.folder))
         return problems
-
-
-def _delete_link(dev: str) -> None:
-    # Deleting a namespace destroys the veth pair with it (asynchronously): a missing device is done.
-    result = sh(["ip", "link", "delete", dev], check=False)
-    if result.returncode != 0 and "Cannot find device" not in result.stderr:
-        raise RigError(f"ip link delete {dev}: {result.stderr.strip()}")
 
 
 def write_json_yaml(path: Path, body: Mapping[str, Any]) -> None:

@@ -1,0 +1,245 @@
+"""A bare mirror of the state repository on the control node.
+
+The daemon never reads a person's working tree: it fetches the configured
+branch into a bare repository it owns and reconciles toward the commit the
+branch points at. The fetch is forced (`+refs/heads/B:...`) because a
+force-pushed branch is still what the team wants running; the mirror must
+follow it, not refuse it. Verdict notes (`refs/notes/lanes`) travel the other
+way: written here, pushed to the remote, merged when someone else pushed
+notes first.
+
+Transports: local paths and `file://` go through libgit2 (pygit2). `ssh://`
+and `user@host:path` remotes go through the `git` command and OpenSSH,
+because pygit2 hands its certificate callback no host key and accepts any SSH
+host key once callbacks are set: a pinned known_hosts file (no trust on first
+use) can only be enforced by OpenSSH. `https://` goes through libgit2, which
+verifies TLS itself.
+
+One caller at a time: the daemon runs fetches and pushes from one job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Literal
+
+import pygit2
+
+from reconciler.errors import TransientError
+from reconciler.source.notes import NOTES_REF, merge_notes
+
+NOTES_TRACKING_REF = "refs/notes-origin/lanes"
+"""Where the remote's notes land; outside refs/notes/ so `git log --notes=*` does not show them twice."""
+
+PUSH_ATTEMPTS = 3
+GIT_TIMEOUT_S = 120.0
+
+Transport = Literal["auto", "libgit2", "git"]
+
+_SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:(?!//)")
+
+
+def is_ssh_url(url: str) -> bool:
+    return url.startswith(("ssh://", "git+ssh://", "ssh+git://")) or bool(_SCP_LIKE.match(url))
+
+
+class _PushCallbacks(pygit2.RemoteCallbacks):
+    """Collects per-ref rejections: a remote hook can refuse a ref while the push call succeeds."""
+
+    def __init__(self, credentials: pygit2.Keypair | None = None) -> None:
+        super().__init__(credentials=credentials)
+        self.rejected: dict[str, str] = {}
+
+    def push_update_reference(self, refname: str, message: str | None) -> None:
+        if message:
+            self.rejected[refname] = message
+
+
+class PushRejectedError(TransientError):
+    """The remote refused the notes ref (someone pushed notes first): fetch, merge, retry."""
+
+
+class Mirror:
+    """A bare pygit2 mirror of one branch of a remote (a path, `file://` or `ssh://` URL)."""
+
+    def __init__(
+        self,
+        url: str,
+        path: Path,
+        branch: str = "main",
+        *,
+        ssh_key: Path | None = None,
+        known_hosts: Path | None = None,
+        transport: Transport = "auto",
+        timeout_s: float = GIT_TIMEOUT_S,
+    ) -> None:
+        self.url = url
+        self.path = Path(path)
+        self.branch = branch
+        self.ssh_key = ssh_key
+        self.known_hosts = known_hosts
+        self.timeout_s = timeout_s
+        self.transport: Literal["libgit2", "git"] = (
+            ("git" if is_ssh_url(url) else "libgit2") if transport == "auto" else transport
+        )
+        self._repo: pygit2.Repository | None = None
+
+    # -- the repository ---------------------------------------------------------
+
+    @property
+    def tracking_ref(self) -> str:
+        return f"refs/remotes/origin/{self.branch}"
+
+    @property
+    def repo(self) -> pygit2.Repository:
+        """The bare repository, created with its `origin` remote on first use."""
+        if self._repo is None:
+            self._repo = self._open()
+        return self._repo
+
+    def _open(self) -> pygit2.Repository:
+        if (self.path / "HEAD").exists():
+            repo = pygit2.Repository(str(self.path))
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            repo = pygit2.init_repository(str(self.path), bare=True)
+        # HEAD names the branch so `lanes history --repo <mirror>` and load_commit(..., "HEAD") work.
+        repo.references.create(
+            "HEAD", f"refs/heads/{self.branch}", force=True, message="lanes: mirror of " + self.branch
+        )
+        refspec = f"+refs/heads/{self.branch}:{self.tracking_ref}"
+        names = repo.remotes.names()
+        if "origin" not in names:
+            repo.remotes.create("origin", self.url, refspec)
+        elif repo.remotes["origin"].url != self.url:
+            # The configured URL wins: a changed config must not keep fetching the old remote.
+            repo.remotes.set_url("origin", self.url)
+        return repo
+
+    def head(self) -> str | None:
+        """The fetched head of the branch, or None before the first successful fetch."""
+        ref = self.repo.references.get(self.tracking_ref)
+        return None if ref is None else str(ref.target)
+
+    # -- fetch -----------------------------------------------------------------
+
+    def fetch(self) -> str:
+        """Fetch the branch (forced) and the remote's notes; return the branch head.
+
+        Raises TransientError when the remote cannot be reached or has no such
+        branch yet: the daemon keeps the state it has and tries again later.
+        """
+        repo = self.repo
+        specs = [f"+refs/heads/{self.branch}:{self.tracking_ref}", f"+{NOTES_REF}:{NOTES_TRACKING_REF}"]
+        self._fetch(specs)
+        ref = repo.references.get(self.tracking_ref)
+        if ref is None:
+            raise TransientError(f"{self.url}: fetch: no branch '{self.branch}' on the remote")
+        head = ref.target
+        # A local branch at the same commit keeps HEAD meaningful in the bare mirror.
+        repo.references.create(f"refs/heads/{self.branch}", head, force=True)
+        merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF)
+        return str(head)
+
+    def _fetch(self, specs: list[str]) -> None:
+        if self.transport == "git":
+            self._git(["fetch", "--no-tags", "--no-write-fetch-head", "origin", *specs], what="fetch")
+            return
+        try:
+            self.repo.remotes["origin"].fetch(specs, callbacks=self._callbacks(), prune=pygit2.enums.FetchPrune.NO_PRUNE)
+        except (pygit2.GitError, KeyError, OSError) as exc:
+            raise TransientError(f"{self.url}: fetch failed: {exc}") from exc
+
+    # -- notes -----------------------------------------------------------------
+
+    def push_notes(self) -> bool:
+        """Push refs/notes/lanes; on a rejected push fetch the remote's notes, merge, retry.
+
+        Returns False when there are no notes to push. Raises TransientError
+        when the remote is unreachable or keeps refusing after the retries.
+        """
+        repo = self.repo
+        if repo.references.get(NOTES_REF) is None:
+            return False
+        last: Exception | None = None
+        for _ in range(PUSH_ATTEMPTS + 1):
+            try:
+                self._push(f"{NOTES_REF}:{NOTES_REF}")
+                return True
+            except PushRejectedError as exc:
+                last = exc
+            self._fetch([f"+{NOTES_REF}:{NOTES_TRACKING_REF}"])
+            merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF)
+        raise TransientError(f"{self.url}: push of {NOTES_REF} still refused after {PUSH_ATTEMPTS} retries: {last}")
+
+    def _push(self, spec: str) -> None:
+        if self.transport == "git":
+            result = self._git(["push", "--porcelain", "origin", spec], what="push", check=False)
+            if result.returncode == 0:
+                return
+            output = (result.stdout + result.stderr).strip()
+            if re.search(r"\[rejected\]|non-fast-forward|fetch first|\[remote rejected\]", output):
+                raise PushRejectedError(f"{self.url}: push rejected: {_tail(output)}")
+            raise TransientError(f"{self.url}: push failed: {_tail(output)}")
+        callbacks = _PushCallbacks(self._keypair())
+        try:
+            self.repo.remotes["origin"].push([spec], callbacks=callbacks)
+        except pygit2.GitError as exc:
+            text = str(exc)
+            # libgit2 says one of these when the remote ref moved on: not an outage, a race.
+            if "not present locally" in text or "non-fastforward" in text or "fast-forward" in text:
+                raise PushRejectedError(f"{self.url}: push rejected: {text}") from exc
+            raise TransientError(f"{self.url}: push failed: {text}") from exc
+        if callbacks.rejected:
+            reasons = "; ".join(f"{ref}: {why}" for ref, why in callbacks.rejected.items())
+            raise PushRejectedError(f"{self.url}: push rejected: {reasons}")
+
+    # -- transports --------------------------------------------------------------
+
+    def _keypair(self) -> pygit2.Keypair | None:
+        if self.ssh_key is None:
+            return None
+        pub = Path(str(self.ssh_key) + ".pub")
+        return pygit2.Keypair("git", str(pub) if pub.exists() else None, str(self.ssh_key), "")
+
+    def _callbacks(self) -> pygit2.RemoteCallbacks:
+        return pygit2.RemoteCallbacks(credentials=self._keypair())
+
+    def ssh_command(self) -> str:
+        """GIT_SSH_COMMAND for OpenSSH: the pinned known_hosts file, no prompt, no trust on first use."""
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=15"]
+        if self.ssh_key is not None:
+            argv += ["-i", str(self.ssh_key), "-o", "IdentitiesOnly=yes"]
+        if self.known_hosts is not None:
+            argv += ["-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
+        # git runs GIT_SSH_COMMAND through a shell, so each word is quoted.
+        return shlex.join(argv)
+
+    def _git(self, args: list[str], *, what: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        self.repo  # noqa: B018 - make sure the mirror and its remote exist first
+        env = {
+            **os.environ,
+            "GIT_SSH_COMMAND": self.ssh_command(),
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ASKPASS": "true",
+        }
+        argv = ["git", "--git-dir", str(self.path), *args]
+        try:
+            result = subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=self.timeout_s, stdin=subprocess.DEVNULL
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise TransientError(f"{self.url}: {what} timed out after {self.timeout_s:.0f} s") from exc
+        except OSError as exc:
+            raise TransientError(f"{self.url}: {what}: cannot run git: {exc}") from exc
+        if check and result.returncode != 0:
+            raise TransientError(f"{self.url}: {what} failed: {_tail(result.stderr or result.stdout)}")
+        return result
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    return " | ".join(text.strip().splitlines()[-lines:]) or "(no output)"
