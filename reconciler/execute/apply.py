@@ -254,6 +254,21 @@ class Executor:
             result = await self._rollback(run, lp, started_ranks, message, health, started, timings)
             await self._release(leased, lease_file)
             return result
+        except asyncio.CancelledError:
+            # Shutdown (SIGTERM) in the middle of a transaction: put the last healthy spec back without
+            # waiting for it to load (that can take longer than the stop timeout), then let the cancel go on.
+            if touched:
+                await self._rollback(
+                    run, lp, started_ranks, "interrupted by shutdown", health, started, timings, wait=False
+                )
+            else:
+                self.store.update_lane(
+                    lp.lane,
+                    last_error="interrupted by shutdown before any rank was stopped",
+                    health=before.health if before else "progressing",
+                )
+            await self._release(leased, lease_file)
+            raise
         await self._release(leased, lease_file)
         timings["total"] = round(time.monotonic() - t0, 3)
         self.store.update_lane(
@@ -276,8 +291,10 @@ class Executor:
             raise _StepFailedError("pull", "; ".join(map(str, errors)), touched=False)
 
     async def _env_files(self, step: WriteEnvFiles) -> None:
-        texts = [(host, path, env_file_text([(env, self.secrets.get(name)) for env, name in pairs]))
-                 for host, path, pairs in step.files]
+        texts = [
+            (host, path, env_file_text([(env, self.secrets.get(name)) for env, name in pairs]))
+            for host, path, pairs in step.files
+        ]
         errors = await gather_hosts([self.ops.write_env_file(host, path, text) for host, path, text in texts])
         if errors:
             raise _StepFailedError("env-files", "; ".join(map(str, errors)), touched=False)
@@ -347,12 +364,13 @@ class Executor:
         health: Health,
         started: float,
         timings: dict[str, float],
+        *,
+        wait: bool = True,
     ) -> LaneResult:
         self.progress(ProgressEvent(lp.lane, "rollback", "started", message))
         step_id = self.store.step_started(run, lp.lane, lp.commit, 1000, "rollback", {"error": message})
-        logs: dict[str, str] = {}
-        for host, spec in lp.specs:
-            logs[f"{spec.name}@{host}"] = await self.ops.logs(host, spec.name, self.config.log_tail)
+        tails = await asyncio.gather(*(self.ops.logs(h, s.name, self.config.log_tail) for h, s in lp.specs))
+        logs = {f"{spec.name}@{host}": tail for (host, spec), tail in zip(lp.specs, tails, strict=True)}
         await gather_hosts([self.ops.stop_remove(h, s.name) for h, s in lp.specs])
         rec = self.store.lane(lp.lane)
         previous = [spec_from_json(d) for d in (rec.healthy_specs if rec else [])]
@@ -363,15 +381,26 @@ class Executor:
                 errors = await gather_hosts([self.ops.start(h, s) for h, s in previous])
                 if errors:
                     raise _StepFailedError("restore", "; ".join(map(str, errors)), touched=True)
-                head_host, head = previous[0]
-                address = self.ops.targets[head_host].address
-                port = int(dict(head.labels).get("lanes.port", "8000"))
-                gate = await wait_ready(address, port, _served_name(head), health)
-                restored_ok = gate.ok
-                restore_error = gate.error or ""
+                if wait:
+                    head_host, head = previous[0]
+                    address = self.ops.targets[head_host].address
+                    port = int(dict(head.labels).get("lanes.port", "8000"))
+                    gate = await wait_ready(address, port, _served_name(head), health)
+                    restored_ok = gate.ok
+                    restore_error = gate.error or ""
+                else:
+                    restored_ok, restore_error = True, ""
             except (LanesError, _StepFailedError, OSError) as exc:
                 restore_error = str(exc)
         self.store.step_finished(step_id, error=None if restored_ok else (restore_error or "no previous spec"))
+        if restored_ok and not wait:
+            health_now, result = "progressing", "rolled-back"
+            error = f"{message}; previous spec restarted, its readiness is checked on the next cycle"
+            self.store.update_lane(
+                lp.lane, health=health_now, last_error=error, fingerprint=rec.fingerprint if rec else None
+            )
+            self.store.record_apply(run, lp.lane, lp.commit, lp.fingerprint, result, error, started, timings, logs)
+            return LaneResult(lp.lane, "deploy", result, error, timings, logs)
         if restored_ok:
             health_now, result = "degraded", "rolled-back"
             error = f"{message}; rolled back to {rec.healthy_commit[:12] if rec and rec.healthy_commit else 'previous'}"

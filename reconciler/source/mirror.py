@@ -35,6 +35,11 @@ from reconciler.source.notes import NOTES_REF, merge_notes
 NOTES_TRACKING_REF = "refs/notes-origin/lanes"
 """Where the remote's notes land; outside refs/notes/ so `git log --notes=*` does not show them twice."""
 
+NOTES_FETCH_SPEC = "+refs/notes/*:refs/notes-origin/*"
+"""A pattern, not `refs/notes/lanes` itself: git fails a fetch naming a ref the remote lacks, a pattern
+matching nothing is fine. Never fetched straight into refs/notes/lanes: that would drop notes written
+here and not pushed yet (the remote was down); they are merged instead."""
+
 PUSH_ATTEMPTS = 3
 GIT_TIMEOUT_S = 120.0
 
@@ -106,11 +111,9 @@ class Mirror:
             repo = pygit2.Repository(str(self.path))
         else:
             self.path.mkdir(parents=True, exist_ok=True)
-            repo = pygit2.init_repository(str(self.path), bare=True)
+            repo = pygit2.init_repository(str(self.path), bare=True, initial_head=self.branch)
         # HEAD names the branch so `lanes history --repo <mirror>` and load_commit(..., "HEAD") work.
-        repo.references.create(
-            "HEAD", f"refs/heads/{self.branch}", force=True, message="lanes: mirror of " + self.branch
-        )
+        repo.set_head(f"refs/heads/{self.branch}")
         refspec = f"+refs/heads/{self.branch}:{self.tracking_ref}"
         names = repo.remotes.names()
         if "origin" not in names:
@@ -134,7 +137,7 @@ class Mirror:
         branch yet: the daemon keeps the state it has and tries again later.
         """
         repo = self.repo
-        specs = [f"+refs/heads/{self.branch}:{self.tracking_ref}", f"+{NOTES_REF}:{NOTES_TRACKING_REF}"]
+        specs = [f"+refs/heads/{self.branch}:{self.tracking_ref}", NOTES_FETCH_SPEC]
         self._fetch(specs)
         ref = repo.references.get(self.tracking_ref)
         if ref is None:
@@ -150,7 +153,8 @@ class Mirror:
             self._git(["fetch", "--no-tags", "--no-write-fetch-head", "origin", *specs], what="fetch")
             return
         try:
-            self.repo.remotes["origin"].fetch(specs, callbacks=self._callbacks(), prune=pygit2.enums.FetchPrune.NO_PRUNE)
+            remote = self.repo.remotes["origin"]
+            remote.fetch(specs, callbacks=self._callbacks(), prune=pygit2.enums.FetchPrune.NO_PRUNE)
         except (pygit2.GitError, KeyError, OSError) as exc:
             raise TransientError(f"{self.url}: fetch failed: {exc}") from exc
 
@@ -172,7 +176,7 @@ class Mirror:
                 return True
             except PushRejectedError as exc:
                 last = exc
-            self._fetch([f"+{NOTES_REF}:{NOTES_TRACKING_REF}"])
+            self._fetch([NOTES_FETCH_SPEC])
             merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF)
         raise TransientError(f"{self.url}: push of {NOTES_REF} still refused after {PUSH_ATTEMPTS} retries: {last}")
 
@@ -220,7 +224,7 @@ class Mirror:
         return shlex.join(argv)
 
     def _git(self, args: list[str], *, what: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        self.repo  # noqa: B018 - make sure the mirror and its remote exist first
+        _ = self.repo  # the mirror and its remote must exist before git runs in it
         env = {
             **os.environ,
             "GIT_SSH_COMMAND": self.ssh_command(),
@@ -230,7 +234,13 @@ class Mirror:
         argv = ["git", "--git-dir", str(self.path), *args]
         try:
             result = subprocess.run(
-                argv, env=env, capture_output=True, text=True, timeout=self.timeout_s, stdin=subprocess.DEVNULL
+                argv,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                stdin=subprocess.DEVNULL,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
             raise TransientError(f"{self.url}: {what} timed out after {self.timeout_s:.0f} s") from exc

@@ -114,4 +114,4 @@ def load_bench_profiles(files: Mapping[str, bytes], *, state_dir: str = "state")
     path = f"{state_dir}/{PROFILES_FILE}"
     if path not in files:
         return BenchProfilesFile(profiles={DEFAULT_PROFILE: BenchProfile(name=DEFAULT_PROFILE)})
-    return validate(BenchProfilesFile, parse_yaml(path, files[path]), path)
+    return validate(BenchProfilesFile, parse_yaml(path, files[path]))

@@ -1,0 +1,190 @@
+"""`lanes history [LANE]`: the audit trail of lanes, from git history and the daemon's journal.
+
+Git says who changed what and when; the journal (`applies`) says what the
+daemon did with each commit: applied, denied by a rule, failed with an
+error, rolled back, with timings. Where there is no journal at hand (a
+laptop clone), the verdict notes the daemon pushed (`refs/notes/lanes`) say
+the same, so both are shown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from reconciler.cli.common import handle_errors
+from reconciler.source.gitread import open_repo
+from reconciler.source.history import LaneChange, change_to_json, history
+from reconciler.source.notes import parse_note
+
+DEFAULT_DB = Path(".lanes/lanes.db")
+
+LaneArg = Annotated[str | None, typer.Argument(help="lane name (the file stem under state/lanes/); all lanes if omitted")]
+RepoOpt = Annotated[str, typer.Option("--repo", help="path of the state repository (or the daemon's mirror)")]
+RevOpt = Annotated[str, typer.Option("--rev", help="walk first-parent history back from this commit")]
+DbOpt = Annotated[
+    Path | None,
+    typer.Option("--db", help="the daemon's sqlite journal (default: $LANES_DB, else .lanes/lanes.db if present)"),
+]
+StateDirOpt = Annotated[str, typer.Option("--state-dir", help="folder of the state inside the repository")]
+LimitOpt = Annotated[int, typer.Option("--limit", min=1, help="at most this many changes per lane")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+
+
+def read_applies(db: Path | None) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Rows of the journal's `applies` table by (lane, commit), oldest first; empty without a journal.
+
+    Opened read-only: looking at history must never create or migrate the daemon's database.
+    """
+    if db is None or not db.is_file():
+        return {}
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return {}
+    conn.row_factory = sqlite3.Row
+    try:
+        rows = conn.execute(
+            'select run, lane, "commit", fingerprint, result, error, started, finished, timings from applies order by id'
+        ).fetchall()
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        entry = dict(row)
+        try:
+            entry["timings"] = json.loads(entry.get("timings") or "{}")
+        except ValueError:
+            entry["timings"] = {}
+        out.setdefault((entry["lane"], entry["commit"]), []).append(entry)
+    return out
+
+
+def _note_verdicts(change: LaneChange) -> list[dict[str, Any]]:
+    """This lane's entries of the verdicts in the commit's note."""
+    out = []
+    for verdict in parse_note(change.note):
+        if verdict.get("refused"):
+            out.append({"lane": change.lane, "result": "refused", "error": verdict["refused"]})
+        out += [e for e in verdict.get("lanes") or () if isinstance(e, dict) and e.get("lane") == change.lane]
+    return out
+
+
+def entry_json(change: LaneChange, applies: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
+    data = change_to_json(change)
+    data["applies"] = applies.get((change.lane, change.commit), [])
+    data["verdicts"] = _note_verdicts(change)
+    return data
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(epoch))
+
+
+_COLORS = {"applied": "green", "denied": "red", "failed": "red", "refused": "red", "rolled-back": "yellow"}
+
+
+def _outcome(entry: dict[str, Any]) -> str:
+    lines = []
+    for row in entry["applies"] or entry["verdicts"]:
+        result = str(row.get("result") or "?")
+        color = _COLORS.get(result, "cyan")
+        text = f"[{color}]{result}[/]"
+        total = (row.get("timings") or {}).get("total")
+        if total is not None:
+            text += f" in {float(total):.1f} s"
+        why = row.get("error")
+        if row.get("rule"):
+            why = f"{row['rule']}: {why}" if why else row["rule"]
+        if why:
+            text += f": {why}"
+        lines.append(text)
+    return "\n".join(lines) or "[dim]no record[/]"
+
+
+def _changes(entry: dict[str, Any]) -> str:
+    lines = []
+    for file in entry["files"]:
+        prefix = "" if "/lanes/" in f"/{file['path']}" else f"{file['path']}: "
+        if file["error"]:
+            lines.append(f"{prefix}{file['status']} ({file['error']})")
+            continue
+        if file["status"] != "modified":
+            lines.append(f"{prefix}[bold]{file['status']}[/]")
+            if file["status"] == "removed":
+                continue
+        shown = file["fields"] if file["status"] == "modified" else file["fields"][:6]
+        for change in shown:
+            lines.append(f"{prefix}{_field_text(change)}")
+        if len(shown) < len(file["fields"]):
+            lines.append(f"{prefix}... {len(file['fields']) - len(shown)} more fields")
+    return "\n".join(lines)
+
+
+def _field_text(change: dict[str, Any]) -> str:
+    def show(value: Any) -> str:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        return text if len(text) <= 90 else text[:87] + "..."
+
+    if change["kind"] == "added":
+        return f"{change['field']}: {show(change['new'])}"
+    if change["kind"] == "removed":
+        return f"{change['field']}: {show(change['old'])} -> (unset)"
+    return f"{change['field']}: {show(change['old'])} -> {show(change['new'])}"
+
+
+def print_history(lanes: dict[str, list[dict[str, Any]]], console: Console) -> None:
+    if not lanes:
+        console.print("no lane changes found")
+    for name, entries in lanes.items():
+        table = Table(title=f"[bold]{name}[/]", title_justify="left", show_lines=True, expand=False)
+        table.add_column("commit", no_wrap=True)
+        table.add_column("when (UTC)", no_wrap=True)
+        table.add_column("author")
+        table.add_column("change")
+        table.add_column("daemon")
+        table.add_column("evidence")
+        for entry in entries:
+            table.add_row(
+                f"{entry['commit'][:12]}\n[dim]{entry['subject'][:40]}[/]",
+                _when(entry["time"]),
+                entry["author"],
+                _changes(entry),
+                _outcome(entry),
+                "\n".join(Path(p).name for p in entry["evidence"]),
+            )
+        console.print(table)
+
+
+@handle_errors
+def history_cmd(
+    lane: LaneArg = None,
+    repo: RepoOpt = ".",
+    rev: RevOpt = "HEAD",
+    db: DbOpt = None,
+    state_dir: StateDirOpt = "state",
+    limit: LimitOpt = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every commit that changed a lane: who, when, which fields (old -> new), what the daemon did, evidence."""
+    repository = open_repo(repo)
+    changes = history(repository, {lane} if lane else None, rev=rev, state_dir=state_dir, limit=limit)
+    if lane and lane not in changes:
+        changes[lane] = []
+    journal = db if db is not None else Path(os.environ.get("LANES_DB") or DEFAULT_DB)
+    applies = read_applies(journal)
+    lanes = {name: [entry_json(c, applies) for c in changes[name]] for name in sorted(changes)}
+    if as_json:
+        print(json.dumps({"lanes": lanes}, indent=2, default=str))
+    else:
+        print_history(lanes, Console())

@@ -1,0 +1,1 @@
+"""The long-running reconciler: settings, systemd notifications, metrics, HTTP, the main loop."""

@@ -1,0 +1,474 @@
+"""The daemon's settings: one TOML file, checked whole before anything runs.
+
+The daemon runs unattended under systemd, so a typo must stop it at start
+with the file, line and key named, not surface an hour later as a default
+silently used. Every key is documented (`description=`, and
+`systemd/reconciler.toml.example` carries the same words); unknown keys are
+errors, as in the state files.
+
+Paths may use `~`, `$STATE_DIRECTORY`, `$CREDENTIALS_DIRECTORY` and
+`$CONFIGURATION_DIRECTORY` (the directories systemd hands the unit); relative
+paths are relative to the config file. Defaults that depend on those
+variables are resolved when the file is loaded, from the environment passed
+in, so tests and `lanes config check --systemd` can show what the service
+will see. Secret files are only ever named here, never read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from reconciler.daemon.http import parse_listen
+from reconciler.daemon.tomlpos import line_of
+from reconciler.errors import InputError
+from reconciler.execute.cycle import CycleSettings, HostOverride
+from reconciler.spec.base import NAME_RE
+
+DEFAULT_CONFIG = Path("/etc/lanes/reconciler.toml")
+"""Where `lanes daemon` and `lanes config check` look without `--config` (systemd's ConfigurationDirectory)."""
+
+FALLBACK_STATE_DIR = Path("/var/lib/lanes")
+FALLBACK_CONFIG_DIR = Path("/etc/lanes")
+SYSTEMD_ENV = {
+    "STATE_DIRECTORY": "/var/lib/lanes",
+    "CONFIGURATION_DIRECTORY": "/etc/lanes",
+    "CREDENTIALS_DIRECTORY": "/run/credentials/lanes-reconciler.service",
+}
+"""What `systemd/lanes-reconciler.service` sets, for `lanes config check --systemd`."""
+
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_SCP_LIKE = re.compile(r"^(?:[^@/:]+@)?[A-Za-z0-9.-]+:(?!//)")
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+# -- environment-aware helpers ----------------------------------------------------------
+
+
+def _env(info: ValidationInfo) -> Mapping[str, str]:
+    ctx = info.context
+    if isinstance(ctx, Mapping) and isinstance(ctx.get("env"), Mapping):
+        env: Mapping[str, str] = ctx["env"]
+        return env
+    return os.environ
+
+
+def _base_dir(info: ValidationInfo) -> Path | None:
+    ctx = info.context
+    if isinstance(ctx, Mapping) and ctx.get("base_dir") is not None:
+        return Path(ctx["base_dir"])
+    return None
+
+
+def _first_dir(env: Mapping[str, str], name: str) -> Path | None:
+    """systemd joins several directories of one kind with ':'; the first is ours."""
+    value = env.get(name, "")
+    first = value.split(":")[0]
+    return Path(first) if first else None
+
+
+def expand_path(value: str | Path, env: Mapping[str, str], base_dir: Path | None) -> Path:
+    """`~` and `$VAR`/`${VAR}` expanded; a variable that is not set is an error, not an empty string."""
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in env or not env[name]:
+            raise ValueError(f"${name} is not set in this environment (it is set by systemd for the service)")
+        return env[name].split(":")[0] if name.endswith("_DIRECTORY") else env[name]
+
+    text = _VAR.sub(sub, str(value))
+    path = Path(text).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return path
+
+
+def is_remote_url(url: str) -> bool:
+    """ssh://, https://, file:// and scp-like `git@host:team/repo.git` are remote; anything else is a local path."""
+    return "://" in url or bool(_SCP_LIKE.match(url))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+def _path_or_none(value: Any, info: ValidationInfo) -> Any:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str | Path):
+        return expand_path(value, _env(info), _base_dir(info))
+    return value
+
+
+# -- sections ---------------------------------------------------------------------------
+
+
+class RepoSettings(_Section):
+    """[repo]: the state repository the daemon converges toward."""
+
+    url: str = Field(
+        min_length=1,
+        description="the state repository: a local path (a repo on this machine, watched directly) or an "
+        "ssh://, https:// or scp-like git@host:team/repo.git URL (mirrored and fetched)",
+    )
+    branch: str = Field("main", min_length=1, description="the branch whose newest commit is reconciled")
+    mirror_dir: Path = Field(
+        FALLBACK_STATE_DIR / "mirror",
+        description="where the bare pygit2 mirror of a remote repository is kept "
+        "(default $STATE_DIRECTORY/mirror, else /var/lib/lanes/mirror)",
+    )
+    state_dir: str = Field("state", min_length=1, description="folder of the state files inside the repository")
+    policies_dir: str = Field("policies", min_length=1, description="folder of the policy files inside the repository")
+    fetch_interval_s: float = Field(
+        30.0, ge=1.0, le=86400.0, description="seconds between fetches of a remote repository (catches pushes)"
+    )
+    resync_interval_s: float = Field(
+        300.0,
+        ge=10.0,
+        le=86400.0,
+        description="seconds between full resyncs: probe every host and repair drift even when git did not move",
+    )
+    watch: bool = Field(
+        True, description="watch the refs of the local repository or mirror and react within a second of a commit"
+    )
+    require_signed_commits: Literal["", "ssh", "gpg"] = Field(
+        "",
+        description='refuse a head commit that is not signed by an allowed signer: "" (off), "ssh" or "gpg"',
+    )
+    allowed_signers: Path | None = Field(
+        None,
+        description="who may sign: for ssh an allowed_signers file (ssh-keygen -Y verify format), for gpg an "
+        "armored export of the trusted public keys; required when require_signed_commits is set",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_defaults(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and "mirror_dir" not in data:
+            state = _first_dir(_env(info), "STATE_DIRECTORY")
+            if state is not None:
+                data = {**data, "mirror_dir": state / "mirror"}
+        return data
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str, info: ValidationInfo) -> str:
+        if is_remote_url(value):
+            return value
+        return str(expand_path(value, _env(info), _base_dir(info)))
+
+    @field_validator("mirror_dir", mode="before")
+    @classmethod
+    def _mirror(cls, value: Any, info: ValidationInfo) -> Any:
+        return _path_or_none(value, info)
+
+    @field_validator("state_dir", "policies_dir")
+    @classmethod
+    def _inside_repo(cls, value: str) -> str:
+        parts = value.strip("/").split("/")
+        if value.startswith("/") or ".." in parts:
+            raise ValueError("must be a folder inside the repository (relative, no '..')")
+        return value.strip("/")
+
+    @field_validator("allowed_signers", mode="before")
+    @classmethod
+    def _signers_path(cls, value: Any, info: ValidationInfo) -> Any:
+        return _path_or_none(value, info)
+
+    @field_validator("allowed_signers")
+    @classmethod
+    def _signers_needed(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        mode = info.data.get("require_signed_commits", "")
+        if mode and value is None:
+            raise ValueError(f'require_signed_commits = "{mode}" needs allowed_signers (a file of trusted signers)')
+        return value
+
+    @property
+    def is_local(self) -> bool:
+        """A repository on this machine: read in place, its refs watched, nothing fetched."""
+        return not is_remote_url(self.url)
+
+
+class SshSettings(_Section):
+    """[ssh]: how the daemon reaches the Sparks."""
+
+    key: Path = Field(
+        Path("~/.ssh/id_ed25519"),
+        description="private key for the hosts (default $CREDENTIALS_DIRECTORY/ssh-key under systemd, "
+        "else ~/.ssh/id_ed25519); the file is never read by `lanes config check`",
+    )
+    known_hosts: Path = Field(
+        FALLBACK_CONFIG_DIR / "known_hosts",
+        description="pinned host keys, no trust on first use "
+        "(default $CONFIGURATION_DIRECTORY/known_hosts, else /etc/lanes/known_hosts)",
+    )
+    concurrency: int = Field(64, ge=1, le=1024, description="at most this many SSH sessions at once")
+    connect_timeout_s: float = Field(10.0, gt=0, le=600, description="seconds to connect and authenticate to a host")
+    command_timeout_s: float = Field(60.0, gt=0, le=3600, description="seconds for one remote command")
+    probe_timeout_s: float = Field(30.0, gt=0, le=600, description="seconds for the one probe per host and cycle")
+    pull_timeout_s: float = Field(
+        1800.0, gt=0, le=86400, description="seconds for an image pull (multi-GB engine images on a slow link)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_defaults(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        env = _env(info)
+        creds = _first_dir(env, "CREDENTIALS_DIRECTORY")
+        conf = _first_dir(env, "CONFIGURATION_DIRECTORY")
+        if "key" not in data and creds is not None:
+            data = {**data, "key": creds / "ssh-key"}
+        if "known_hosts" not in data and conf is not None:
+            data = {**data, "known_hosts": conf / "known_hosts"}
+        return data
+
+    @field_validator("key", "known_hosts", mode="before")
+    @classmethod
+    def _paths(cls, value: Any, info: ValidationInfo) -> Any:
+        return _path_or_none(value, info)
+
+
+class DaemonSettings(_Section):
+    """[daemon]: the daemon itself."""
+
+    owner: str = Field(
+        default_factory=lambda: f"lanes@{socket.gethostname()}",
+        min_length=1,
+        max_length=128,
+        description='who holds the host leases, so two reconcilers never act on one host (default "lanes@<hostname>")',
+    )
+    db: Path = Field(
+        FALLBACK_STATE_DIR / "lanes.db",
+        description="sqlite journal and status (default $STATE_DIRECTORY/lanes.db, else /var/lib/lanes/lanes.db)",
+    )
+    secrets_dir: Path | None = Field(
+        None,
+        description="folder of secret files named after the secrets lanes reference "
+        "(default $CREDENTIALS_DIRECTORY, the unit's LoadCredential= files); values are read only at apply time",
+    )
+    drop_caches: bool = Field(
+        False, description="drop the page cache on a host before starting ranks (GB10 counts page cache as used)"
+    )
+    log_level: LogLevel = Field("info", description="debug, info, warning or error (JSON lines to journald)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_defaults(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        env = _env(info)
+        state = _first_dir(env, "STATE_DIRECTORY")
+        creds = _first_dir(env, "CREDENTIALS_DIRECTORY")
+        if "db" not in data and state is not None:
+            data = {**data, "db": state / "lanes.db"}
+        if "secrets_dir" not in data and creds is not None:
+            data = {**data, "secrets_dir": creds}
+        return data
+
+    @field_validator("db", "secrets_dir", mode="before")
+    @classmethod
+    def _paths(cls, value: Any, info: ValidationInfo) -> Any:
+        return _path_or_none(value, info)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
+class HttpSettings(_Section):
+    """[http]: /healthz, /status, /metrics and the webhook."""
+
+    enabled: bool = Field(True, description="serve the HTTP endpoint at all")
+    listen: str = Field(
+        "127.0.0.1:9464",
+        description='HOST:PORT to bind, "[::1]:9464" for IPv6; loopback by default (put a proxy in front to expose it)',
+    )
+    webhook_secret_file: Path | None = Field(
+        None,
+        description="file holding the shared secret of the push webhook (e.g. $CREDENTIALS_DIRECTORY/webhook-secret); "
+        "POST /webhook is refused (404) unless it is set; deliveries are HMAC-verified with it",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @field_validator("webhook_secret_file", mode="before")
+    @classmethod
+    def _path(cls, value: Any, info: ValidationInfo) -> Any:
+        return _path_or_none(value, info)
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+
+class HostOverrideSettings(_Section):
+    """[hosts.<name>]: reach a host somewhere else than its state address (a tunnel, a simulated Spark)."""
+
+    address: str = Field(min_length=1, description="address or name to connect to instead of the state's")
+    port: int = Field(22, ge=1, le=65535, description="SSH port to connect to")
+    user: str | None = Field(None, min_length=1, description="SSH user instead of the state's (default: the state's)")
+
+
+class UpstreamSettings(_Section):
+    """[upstream]: polling engine releases and registries for the gap table and proposals."""
+
+    enabled: bool = Field(False, description="poll the sources of state/upstreams.yaml")
+    interval_s: float = Field(
+        3600.0, ge=60.0, le=604800.0, description="seconds between polls (conditional requests; rate limits honoured)"
+    )
+
+
+class BenchSettings(_Section):
+    """[bench]: benchmark a lane after it changes and commit the evidence."""
+
+    enabled: bool = Field(False, description="benchmark each lane after a change and commit evidence/<lane>/...json")
+
+
+class DaemonConfig(_Section):
+    """The whole file. Build it with `load_config` (or `parse_config` for text)."""
+
+    repo: RepoSettings = Field(description="the state repository")
+    ssh: SshSettings = Field(description="reaching the hosts")
+    daemon: DaemonSettings = Field(description="the daemon itself")
+    http: HttpSettings = Field(description="the HTTP endpoint")
+    hosts: dict[str, HostOverrideSettings] = Field(
+        default_factory=dict, description="per-host connection overrides, keyed by host name"
+    )
+    upstream: UpstreamSettings = Field(description="upstream release polling")
+    bench: BenchSettings = Field(description="benchmarks after a change")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sections(cls, data: Any) -> Any:
+        # Missing sections are validated as {} so their env-dependent defaults see the context.
+        if isinstance(data, dict):
+            data = dict(data)
+            for name in ("ssh", "daemon", "http", "upstream", "bench"):
+                data.setdefault(name, {})
+        return data
+
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, value: dict[str, HostOverrideSettings]) -> dict[str, HostOverrideSettings]:
+        for name in value:
+            if not NAME_RE.match(name):
+                raise ValueError(f"host name '{name}' is not a valid host name (lower-case letters, digits, . _ -)")
+        return value
+
+    def overrides(self) -> dict[str, HostOverride]:
+        return {n: HostOverride(address=h.address, port=h.port, user=h.user) for n, h in self.hosts.items()}
+
+    def cycle_settings(self) -> CycleSettings:
+        return CycleSettings(
+            owner=self.daemon.owner,
+            probe_timeout_s=self.ssh.probe_timeout_s,
+            command_timeout_s=self.ssh.command_timeout_s,
+            pull_timeout_s=self.ssh.pull_timeout_s,
+            concurrency=self.ssh.concurrency,
+            drop_caches=self.daemon.drop_caches,
+            overrides=self.overrides(),
+        )
+
+    def secret_paths(self) -> dict[str, Path | None]:
+        """Files and folders that hold secrets: shown by `config check`, never read by it."""
+        return {
+            "ssh.key": self.ssh.key,
+            "daemon.secrets_dir": self.daemon.secrets_dir,
+            "http.webhook_secret_file": self.http.webhook_secret_file,
+        }
+
+
+# -- loading ----------------------------------------------------------------------------
+
+_TOML_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+def _describe(error: Mapping[str, Any], model_fields: Mapping[str, Any] | None) -> str:
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        allowed = f" (allowed: {', '.join(sorted(model_fields))})" if model_fields else ""
+        return f"unknown key{allowed}"
+    if kind == "missing":
+        return "required key is missing"
+    message = str(error.get("msg", "invalid value"))
+    return message.removeprefix("Value error, ")
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "repo": RepoSettings,
+    "ssh": SshSettings,
+    "daemon": DaemonSettings,
+    "http": HttpSettings,
+    "upstream": UpstreamSettings,
+    "bench": BenchSettings,
+}
+
+
+def _fields_at(loc: tuple[str | int, ...]) -> Mapping[str, Any] | None:
+    """The keys allowed in the table that holds `loc`'s last element, for 'unknown key' messages."""
+    parent = loc[:-1]
+    if not parent:
+        return DaemonConfig.model_fields
+    if len(parent) == 1 and str(parent[0]) in _SECTIONS:
+        return _SECTIONS[str(parent[0])].model_fields
+    if len(parent) == 2 and parent[0] == "hosts":
+        return HostOverrideSettings.model_fields
+    return None
+
+
+def parse_config(
+    text: str,
+    *,
+    file: str | Path = "<config>",
+    env: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
+) -> DaemonConfig:
+    """Validate TOML text; `InputError` names the file, line and dotted key of the first problem."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        pos = _TOML_POS.search(message)
+        line = int(pos.group(1)) if pos else None
+        raise InputError(f"not valid TOML: {_TOML_POS.sub('', message)}", file=str(file), line=line) from None
+    context = {"env": os.environ if env is None else env, "base_dir": base_dir}
+    try:
+        return DaemonConfig.model_validate(raw, context=context)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        first = errors[0]
+        loc = tuple(first["loc"])
+        more = len(errors) - 1
+        message = _describe(first, _fields_at(loc))
+        if more:
+            message += f" (and {more} more problem{'s' if more > 1 else ''})"
+        raise InputError(
+            message, file=str(file), line=line_of(text, loc), field=".".join(str(p) for p in loc) or None
+        ) from None
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG, *, env: Mapping[str, str] | None = None) -> DaemonConfig:
+    """Read and validate the daemon's TOML file (relative paths inside it are relative to its folder)."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("config file not found (see systemd/reconciler.toml.example)", file=str(file)) from None
+    except UnicodeDecodeError:
+        raise InputError("config file is not UTF-8 text", file=str(file)) from None
+    except OSError as exc:
+        raise InputError(f"config file cannot be read: {exc.strerror}", file=str(file)) from None
+    return parse_config(text, file=file, env=env, base_dir=file.resolve().parent)

@@ -1,0 +1,147 @@
+"""Prometheus metrics of the daemon, in a registry of its own.
+
+A registry per daemon (not prometheus-client's global one) keeps tests and
+several daemons in one process independent, and keeps process/GC collectors
+out unless asked for. Gauges describing lanes are rebuilt from the status
+rows on every update, so a lane that disappears from the state stops being
+reported instead of lingering with its last value.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from reconciler import __version__ as _version
+
+HEALTHS = ("healthy", "progressing", "degraded", "failed", "denied", "stopped")
+"""Every health a lane can have (`lanes status`); each is always exported, 0 when no lane has it."""
+
+APPLIED = frozenset({"applied", "stopped"})
+FAILED = frozenset({"failed", "rolled-back"})
+
+DURATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+"""A no-op cycle takes about a second; a lane whose model loads for 20 minutes takes that long."""
+
+
+class LaneOutcome(Protocol):
+    """What `record_cycle` needs of a lane result (`reconciler.execute.apply.LaneResult`)."""
+
+    @property
+    def lane(self) -> str: ...
+
+    @property
+    def result(self) -> str: ...
+
+
+class Metrics:
+    """The metric families of `/metrics`, and helpers that set them from what the daemon knows."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.info = Gauge("lanes_build_info", "lanes version, always 1", ["version"], registry=r)
+        self.info.labels(version=_version).set(1)
+        self.lanes = Gauge("lanes_lanes", "Lanes by health (healthy, progressing, degraded, ...)", ["health"], registry=r)
+        self.lane_health = Gauge(
+            "lanes_lane_health", "1 for the current health of each lane, 0 for the others", ["lane", "health"], registry=r
+        )
+        self.last_reconcile = Gauge(
+            "lanes_last_reconcile_timestamp_seconds", "Unix time the last reconcile cycle finished", registry=r
+        )
+        self.last_duration = Gauge(
+            "lanes_last_reconcile_duration_seconds", "How long the last reconcile cycle took", registry=r
+        )
+        self.duration = Histogram(
+            "lanes_reconcile_duration_seconds", "Reconcile cycle durations", buckets=DURATION_BUCKETS, registry=r
+        )
+        self.cycles = Counter(
+            "lanes_reconcile_cycles", "Reconcile cycles by outcome (ok, failed, error)", ["outcome"], registry=r
+        )
+        self.applies = Counter(
+            "lanes_lane_applies",
+            "Lane transactions by lane and result (applied, stopped, rolled-back, failed, denied, blocked)",
+            ["lane", "result"],
+            registry=r,
+        )
+        self.failures = Counter(
+            "lanes_lane_failures", "Lane transactions that failed or were rolled back, by lane", ["lane"], registry=r
+        )
+        self.denials = Counter(
+            "lanes_policy_denials", "Commits refused by policy, by rule (once per commit and rule)", ["rule"], registry=r
+        )
+        self.releases_behind = Gauge(
+            "lanes_upstream_releases_behind", "Upstream releases newer than the lane's engine build", ["lane"], registry=r
+        )
+        self.days_behind = Gauge(
+            "lanes_upstream_days_behind", "Days between the lane's engine build and the newest upstream release",
+            ["lane"],
+            registry=r,
+        )
+        for outcome in ("ok", "failed", "error"):
+            self.cycles.labels(outcome=outcome)
+        for health in HEALTHS:
+            self.lanes.labels(health=health).set(0)
+
+    # -- setters ---------------------------------------------------------------------
+
+    def update_from_status(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Set the lane gauges from `status_rows()` (`{"name", "health", ...}` per lane)."""
+        counts = dict.fromkeys(HEALTHS, 0)
+        current: dict[str, str] = {}
+        for row in rows:
+            health = str(row.get("health") or "progressing")
+            counts[health] = counts.get(health, 0) + 1
+            current[str(row["name"])] = health
+        self.lanes.clear()
+        for health, n in counts.items():
+            self.lanes.labels(health=health).set(n)
+        self.lane_health.clear()
+        for lane, health in current.items():
+            for h in sorted(set(HEALTHS) | {health}):
+                self.lane_health.labels(lane=lane, health=h).set(1 if h == health else 0)
+
+    def record_cycle(
+        self,
+        duration_s: float,
+        results: Sequence[LaneOutcome] = (),
+        *,
+        error: str | None = None,
+        finished: float | None = None,
+    ) -> None:
+        """One reconcile cycle finished (`error`: it stopped before applying, e.g. the commit could not load)."""
+        self.last_reconcile.set(time.time() if finished is None else finished)
+        self.last_duration.set(duration_s)
+        self.duration.observe(duration_s)
+        failed = False
+        for r in results:
+            if r.result == "noop":
+                continue
+            self.applies.labels(lane=r.lane, result=r.result).inc()
+            if r.result in FAILED:
+                self.failures.labels(lane=r.lane).inc()
+            if r.result not in APPLIED:
+                failed = True
+        self.cycles.labels(outcome="error" if error else ("failed" if failed else "ok")).inc()
+
+    def record_denials(self, rules: Iterable[str]) -> None:
+        """A new commit was denied: count each distinct rule once (call once per commit, not per resync)."""
+        for rule in sorted(set(rules)):
+            self.denials.labels(rule=rule).inc()
+
+    def set_upstream_gaps(self, gaps: Mapping[str, tuple[int, float]]) -> None:
+        """Replace the gap table: lane -> (releases behind, days behind)."""
+        self.releases_behind.clear()
+        self.days_behind.clear()
+        for lane, (releases, days) in gaps.items():
+            self.releases_behind.labels(lane=lane).set(releases)
+            self.days_behind.labels(lane=lane).set(days)
+
+    # -- exposition ------------------------------------------------------------------
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition and its content type, for `HttpServer(metrics=...)`."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,167 @@
+"""Is a commit signed by someone allowed to change the fleet?
+
+With `require_signed_commits`, whoever can push to the state repo is not
+enough: the head commit must carry an SSH or GPG signature from a key the
+operators listed. This checks a commit exactly as `git verify-commit` would,
+with the same tools: `ssh-keygen -Y find-principals` / `-Y verify` in the
+"git" namespace against an allowed-signers file, or `gpg --verify` against a
+keyring that holds only the allowed keys. Argv lists only, never a shell;
+the signature and payload are read from the commit object by libgit2
+(`Commit.gpg_signature`), so what is verified is what would be applied.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pygit2
+
+SSH_NAMESPACE = "git"
+TOOL_TIMEOUT_S = 30.0
+
+_SSH_ARMOR = b"-----BEGIN SSH SIGNATURE-----"
+_PGP_ARMOR = b"-----BEGIN PGP SIGNATURE-----"
+
+
+@dataclass(frozen=True)
+class SignatureCheck:
+    ok: bool
+    signer: str | None
+    reason: str
+
+
+def _short(sha: str) -> str:
+    return sha[:12]
+
+
+def _run(argv: list[str], *, stdin: bytes | None = None, env: dict[str, str] | None = None) -> tuple[int, str]:
+    try:
+        result = subprocess.run(argv, input=stdin, capture_output=True, timeout=TOOL_TIMEOUT_S, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]} timed out after {TOOL_TIMEOUT_S:.0f} s"
+    output = (result.stdout + b"\n" + result.stderr).decode("utf-8", "replace").strip()
+    return result.returncode, output
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
+def verify_commit(
+    repo: pygit2.Repository,
+    sha: str,
+    *,
+    mode: Literal["ssh", "gpg"],
+    allowed_signers: Path | None,
+    gpg_home: Path | None = None,
+) -> SignatureCheck:
+    """Whether commit `sha` is signed by an allowed key; never raises for a bad signature."""
+    try:
+        commit = repo.revparse_single(sha).peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        return SignatureCheck(False, None, f"commit {_short(sha)} not found: {exc}")
+    assert isinstance(commit, pygit2.Commit)
+    full = str(commit.id)
+    signature, payload = commit.gpg_signature
+    if not signature or payload is None:
+        return SignatureCheck(False, None, f"commit {_short(full)} is not signed")
+    is_ssh = signature.lstrip().startswith(_SSH_ARMOR)
+    is_pgp = signature.lstrip().startswith(_PGP_ARMOR)
+    if mode == "ssh":
+        if not is_ssh:
+            kind = "a GPG" if is_pgp else "an unknown kind of"
+            return SignatureCheck(False, None, f"commit {_short(full)} has {kind} signature; SSH signatures required")
+        return _verify_ssh(full, signature, payload, allowed_signers, commit.committer.time)
+    if not is_pgp:
+        kind = "an SSH" if is_ssh else "an unknown kind of"
+        return SignatureCheck(False, None, f"commit {_short(full)} has {kind} signature; GPG signatures required")
+    return _verify_gpg(full, signature, payload, gpg_home)
+
+
+def _verify_time(epoch: int) -> str:
+    # ssh-keygen checks valid-after/valid-before of the allowed key at this time, as git does.
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime(epoch)) + "Z"
+
+
+def _verify_ssh(sha: str, signature: bytes, payload: bytes, allowed_signers: Path | None, when: int) -> SignatureCheck:
+    if allowed_signers is None or not allowed_signers.is_file():
+        return SignatureCheck(False, None, f"no allowed signers file at {allowed_signers}; cannot verify {_short(sha)}")
+    tool = shutil.which("ssh-keygen")
+    if tool is None:
+        return SignatureCheck(False, None, "ssh-keygen is not installed; cannot verify SSH signatures")
+    verify_time = f"verify-time={_verify_time(when)}"
+    with tempfile.TemporaryDirectory(prefix="lanes-sig-") as tmp:
+        sigfile = Path(tmp) / "commit.sig"
+        sigfile.write_bytes(signature)
+        # find-principals only matches the key against the file; -Y verify below checks the signature.
+        code, out = _run(
+            [tool, "-Y", "find-principals", "-s", str(sigfile), "-f", str(allowed_signers), "-O", verify_time]
+        )
+        principals = [line.strip() for line in out.splitlines() if line.strip()] if code == 0 else []
+        # find-principals prints principals on stdout; stderr lines from a failure are not principals.
+        principals = [p for p in principals if " " not in p]
+        if not principals:
+            return SignatureCheck(
+                False, None, f"commit {_short(sha)} is signed by a key not in the allowed signers ({_last_line(out)})"
+            )
+        reasons = []
+        for principal in principals:
+            code, out = _run(
+                [
+                    tool,
+                    "-Y",
+                    "verify",
+                    "-f",
+                    str(allowed_signers),
+                    "-I",
+                    principal,
+                    "-n",
+                    SSH_NAMESPACE,
+                    "-s",
+                    str(sigfile),
+                    "-O",
+                    verify_time,
+                ],
+                stdin=payload,
+            )
+            if code == 0:
+                return SignatureCheck(True, principal, f"commit {_short(sha)}: good signature by {principal}")
+            reasons.append(_last_line(out))
+    return SignatureCheck(False, None, f"commit {_short(sha)}: bad SSH signature: {'; '.join(reasons)}")
+
+
+def _verify_gpg(sha: str, signature: bytes, payload: bytes, gpg_home: Path | None) -> SignatureCheck:
+    tool = shutil.which("gpg")
+    if tool is None:
+        return SignatureCheck(False, None, "gpg is not installed on this host; cannot verify GPG signatures")
+    if gpg_home is None or not gpg_home.is_dir():
+        return SignatureCheck(False, None, f"no GPG keyring directory at {gpg_home}; cannot verify {_short(sha)}")
+    with tempfile.TemporaryDirectory(prefix="lanes-sig-") as tmp:
+        sigfile = Path(tmp) / "commit.asc"
+        sigfile.write_bytes(signature)
+        argv = [tool, "--homedir", str(gpg_home), "--batch", "--no-tty", "--status-fd", "1"]
+        argv += ["--verify", str(sigfile), "-"]
+        code, out = _run(argv, stdin=payload)
+    status = [line.split()[1:] for line in out.splitlines() if line.startswith("[GNUPG:] ")]
+    keywords = {words[0] for words in status if words}
+    good = next((words for words in status if words and words[0] == "GOODSIG"), None)
+    valid = next((words for words in status if words and words[0] == "VALIDSIG"), None)
+    if code == 0 and good and valid and not keywords & {"BADSIG", "ERRSIG", "EXPKEYSIG", "REVKEYSIG"}:
+        signer = f"{' '.join(good[2:])} ({valid[1]})"
+        return SignatureCheck(True, signer, f"commit {_short(sha)}: good signature by {signer}")
+    if "NO_PUBKEY" in keywords or "ERRSIG" in keywords:
+        return SignatureCheck(False, None, f"commit {_short(sha)} is signed by a key not in the keyring {gpg_home}")
+    if "BADSIG" in keywords:
+        return SignatureCheck(False, None, f"commit {_short(sha)}: bad GPG signature")
+    if "EXPKEYSIG" in keywords:
+        return SignatureCheck(False, None, f"commit {_short(sha)}: the signing key has expired")
+    if "REVKEYSIG" in keywords:
+        return SignatureCheck(False, None, f"commit {_short(sha)}: the signing key is revoked")
+    return SignatureCheck(False, None, f"commit {_short(sha)}: GPG verification failed: {_last_line(out)}")

@@ -1,0 +1,210 @@
+"""What every upstream poller shares: settings, the clock, results, retries, rate limits, credentials.
+
+Upstream APIs are someone else's servers with someone else's quotas. Each
+poller must (1) spend as little of the quota as it can, (2) stop asking when
+the server says so and remember that across restarts (the store keeps
+`next_allowed`), and (3) ride out short outages without hammering (exponential
+backoff with full jitter). Those rules live here once, so the GitHub, OCI and
+git pollers cannot each get them slightly wrong. The clock is injected so
+tests run backoffs and rate-limit windows in virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from reconciler.errors import PermanentError, TransientError
+
+USER_AGENT = "lanes-upstream-watch"
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+_CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+PollStatus = Literal["new", "unchanged", "skipped", "rate-limited", "failed"]
+
+
+class PollSettings(BaseModel):
+    """How the pollers behave; the daemon and `lanes upstream --refresh` pass one in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_dir: Path = Field(default=Path(".lanes/upstream"), description="git mirrors of git-head sources")
+    credentials_dir: Path | None = Field(default=None, description="one file per credential name")
+    timeout_s: float = Field(default=30.0, gt=0)
+    attempts: int = Field(default=3, ge=1, description="tries of one request on 5xx or network errors")
+    backoff_base_s: float = Field(default=1.0, gt=0)
+    backoff_cap_s: float = Field(default=900.0, gt=0, description="longest wait between failed polls")
+    page_size: int = Field(default=100, ge=1, le=100)
+    max_pages: int = Field(default=20, ge=1, description="a bound on pagination, against a looping Link")
+    max_digests_per_poll: int = Field(default=50, ge=1, description="manifest HEADs of new tags per OCI poll")
+    max_subjects: int = Field(default=200, ge=1, description="commit subjects kept per new git head")
+    secondary_wait_s: float = Field(default=60.0, gt=0, description="wait after a 429 that names no reset")
+    concurrency: int = Field(default=4, ge=1)
+
+
+@dataclass
+class Clock:
+    """Wall time, sleeping and randomness, swappable for virtual time in tests."""
+
+    now: Callable[[], float] = time.time
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rng: random.Random = field(default_factory=random.Random)
+
+
+@dataclass(frozen=True)
+class PollResult:
+    """What one poll of one source did; `requests` counts what it cost the upstream."""
+
+    source: str
+    kind: str
+    status: PollStatus
+    new: tuple[str, ...] = ()
+    requests: int = 0
+    next_allowed: float | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "status": self.status,
+            "new": list(self.new),
+            "requests": self.requests,
+            "next_allowed": self.next_allowed,
+            "error": self.error,
+        }
+
+    def describe(self) -> str:
+        if self.status == "new":
+            shown = ", ".join(self.new[:5]) + (f" and {len(self.new) - 5} more" if len(self.new) > 5 else "")
+            what = f"{len(self.new)} new ({shown})"
+        elif self.status == "skipped":
+            what = f"skipped: rate limited until {_stamp(self.next_allowed)}"
+        elif self.status == "rate-limited":
+            what = f"rate limited until {_stamp(self.next_allowed)}"
+        elif self.status == "failed":
+            what = f"failed: {self.error}"
+        else:
+            what = "unchanged"
+        return f"{self.source} ({self.kind}): {what}, {self.requests} request(s)"
+
+
+def _stamp(when: float | None) -> str:
+    if when is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
+
+
+def read_credential(directory: Path | None, name: str) -> str:
+    """A token from its file (systemd LoadCredential style); the value never leaves the caller."""
+    if not _CREDENTIAL_NAME.match(name):
+        raise PermanentError(f"credential name '{name}' is not a plain name")
+    if directory is None:
+        raise PermanentError(f"credential '{name}' is needed but no credentials directory is configured")
+    path = directory / name
+    try:
+        value = path.read_text().strip()
+    except OSError as exc:
+        raise PermanentError(f"credential '{name}' cannot be read from {path}: {exc.strerror}") from None
+    if not value:
+        raise PermanentError(f"credential '{name}' in {path} is empty")
+    return value
+
+
+def backoff_delay(failures: int, settings: PollSettings, rng: random.Random) -> float:
+    """Full jitter: uniform in [0, min(cap, base * 2^failures)] (spreads retries of many pollers)."""
+    ceiling = min(settings.backoff_cap_s, settings.backoff_base_s * (2 ** max(0, failures)))
+    return rng.uniform(0, ceiling)
+
+
+def _retry_after(value: str, now: float) -> float | None:
+    value = value.strip()
+    if value.isdigit():
+        return now + int(value)
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return parsed.timestamp()
+
+
+def rate_limited_until(response: httpx.Response, now: float, settings: PollSettings) -> float | None:
+    """When the server says to stop asking, the time to ask again; None when it does not.
+
+    GitHub: `retry-after` (secondary limits) or `x-ratelimit-remaining: 0` with
+    `x-ratelimit-reset` (epoch seconds). Docker Hub: `ratelimit-remaining:
+    0;w=21600` (the window in seconds; no reset is given, so the whole window
+    is waited). A 429 that names nothing waits `secondary_wait_s`. A 403
+    without any of these is a refusal, not a rate limit.
+    """
+    headers = response.headers
+    if "retry-after" in headers and response.status_code in (403, 429, 503):
+        until = _retry_after(headers["retry-after"], now)
+        if until is not None:
+            return max(until, now)
+    if headers.get("x-ratelimit-remaining", "").strip() == "0":
+        reset = headers.get("x-ratelimit-reset", "").strip()
+        return max(float(reset), now) if reset.isdigit() else now + settings.secondary_wait_s
+    hub = headers.get("ratelimit-remaining")
+    if hub is not None:
+        count, _, rest = hub.partition(";")
+        if count.strip() == "0":
+            window = re.search(r"w=(\d+)", rest)
+            reset = headers.get("ratelimit-reset", "").strip()
+            if reset.isdigit():
+                return now + int(reset)
+            return now + (int(window.group(1)) if window else settings.secondary_wait_s)
+    if response.status_code == 429:
+        return now + settings.secondary_wait_s
+    return None
+
+
+@dataclass
+class Requester:
+    """Sends requests with retries on 5xx and network errors, and counts them."""
+
+    client: httpx.AsyncClient
+    settings: PollSettings
+    clock: Clock
+    count: int = 0
+
+    async def send(
+        self,
+        method: str,
+        url: str | httpx.URL,
+        headers: dict[str, str] | None = None,
+        *,
+        auth: httpx.Auth | None = None,
+    ) -> httpx.Response:
+        last = ""
+        for attempt in range(self.settings.attempts):
+            if attempt:
+                await self.clock.sleep(backoff_delay(attempt, self.settings, self.clock.rng))
+            self.count += 1
+            try:
+                request = self.client.build_request(method, url, headers={"User-Agent": USER_AGENT, **(headers or {})})
+                response = await self.client.send(request, auth=auth) if auth else await self.client.send(request)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                continue
+            if response.status_code in RETRY_STATUSES and "retry-after" not in response.headers:
+                last = f"HTTP {response.status_code}"
+                continue
+            return response
+        raise TransientError(f"{method} {_public(url)}: {last} after {self.settings.attempts} attempt(s)")
+
+
+def _public(url: str | httpx.URL) -> str:
+    """The URL without query or credentials, for messages."""
+    parsed = httpx.URL(str(url))
+    return str(parsed.copy_with(query=None, userinfo=b""))
