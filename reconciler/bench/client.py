@@ -231,14 +231,16 @@ class BenchClient:
             )
         return record.prompt_tokens
 
-    async def latency(self, mode: Literal["generation", "api", "none"], probes: int = 3) -> float:
+    async def latency(self, mode: Literal["generation", "api", "none"], probes: int = 5) -> float:
         """Seconds subtracted from the time to first response to estimate prompt processing.
 
-        `generation`: a one-token request with a one-word prompt, to its first
-        chunk (network, HTTP, scheduling and one decode step); `api`: a GET
-        of /v1/models to its response headers (network only); `none`: 0.
-        The median of `probes` runs after one discarded run, so a single
-        slow probe does not shift every prompt figure.
+        `generation` (llama-benchy's mode of that name): a one-token request
+        with a one-word prompt, to its first response chunk: network, HTTP,
+        scheduling and one decode step. `api`: GET /v1/models to its answer
+        (network only). `none`: 0. The minimum of `probes` runs after one
+        discarded run: queueing delays only ever add, so the minimum is the
+        fixed overhead, and one slow probe cannot shift every prompt figure
+        (llama-benchy takes the mean of three).
         """
         if mode == "none":
             return 0.0
@@ -261,8 +263,7 @@ class BenchClient:
                     raise _request_error(self.root, f"HTTP {response.status_code} from /v1/models")
             if i > 0:
                 samples.append(sample)
-        samples.sort()
-        return samples[len(samples) // 2]
+        return min(samples)
 
     async def served_models(self) -> list[str]:
         try:
@@ -284,5 +285,8 @@ class BenchClient:
         return str(value) if value is not None else None
 
 
-def _request_error(root: str, message: str) -> TransientError:
+def _request_error(root: str, message: str) -> TransientError | PermanentError:
+    """A 4xx answer will not change by itself (wrong model, bad request); anything else may."""
+    if message.startswith("HTTP 4"):
+        return PermanentError(f"{root}: {message}")
     return TransientError(f"{root}: {message}")

@@ -106,7 +106,12 @@ def build_evidence(
             "tokens_per_word": run.fit.per_word,
             "fixed_tokens": run.fit.fixed,
             "sized": [
-                {"prompt_size": pp, "context_size": depth, "words": words, "server_tokens": run.sized_tokens[(pp, depth)]}
+                {
+                    "prompt_size": pp,
+                    "context_size": depth,
+                    "words": words,
+                    "server_tokens": run.sized_tokens[(pp, depth)],
+                }
                 for (pp, depth), words in sorted(run.sized_words.items())
             ],
         },
@@ -172,11 +177,15 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], rule: Noise
             "image_digest": baseline.get("image_digest"),
         },
         "rule": {"k": rule.k, "min_relative": rule.min_relative},
-        "matched_rows": len({(m["prompt_size"], m["response_size"], m["context_size"], m["concurrency"]) for m in metrics}),
+        "matched_rows": len(
+            {(m["prompt_size"], m["response_size"], m["context_size"], m["concurrency"]) for m in metrics}
+        ),
         "metrics": metrics,
         "regression": bool(regressions),
         "regressions": [_describe(m) for m in regressions],
-        "improvements": [_describe(m) for m in metrics if m["verdict"] == "better" and m["metric"] in THROUGHPUT_METRICS],
+        "improvements": [
+            _describe(m) for m in metrics if m["verdict"] == "better" and m["metric"] in THROUGHPUT_METRICS
+        ],
     }
 
 

@@ -31,7 +31,7 @@ requests (or all batches, for totals). Pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,11 +164,11 @@ def summarize(shape: Shape, batches: Sequence[Sequence[RequestRecord]], latency_
     return row
 
 
-def row_key(row: dict[str, Any]) -> tuple[int, int, int, int]:
+def row_key(row: Mapping[str, Any]) -> tuple[int, int, int, int]:
     """(prompt size, response size, depth, concurrency): how rows of two evidence files are matched."""
     return (int(row["prompt_size"]), int(row["response_size"]), int(row["context_size"]), int(row["concurrency"]))
 
 
-def row_label(row: dict[str, Any]) -> str:
+def row_label(row: Mapping[str, Any]) -> str:
     pp, tg, depth, c = row_key(row)
     return Shape(pp, tg, depth, c).label()

@@ -128,8 +128,13 @@ async def _batch(
     client: BenchClient, profile: BenchProfile, shape: Shape, word_count: int, tag: str
 ) -> list[RequestRecord]:
     batch = [
-        prompts.build(profile.seed, f"{tag}:{shape.pp}:{shape.tg}:{shape.depth}:{shape.concurrency}:{i}", word_count,
-                      shape.pp, shape.depth)
+        prompts.build(
+            profile.seed,
+            f"{tag}:{shape.pp}:{shape.tg}:{shape.depth}:{shape.concurrency}:{i}",
+            word_count,
+            shape.pp,
+            shape.depth,
+        )
         for i in range(shape.concurrency)
     ]
     async with asyncio.TaskGroup() as group:
@@ -195,4 +200,3 @@ async def run_profile(
         server_version=version,
         records=records,
     )
-

@@ -24,13 +24,14 @@ import typer
 from rich.console import Console
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, handle_errors
-from reconciler.cli.reconcile import print_plan, print_status, progress_printer, status_rows
+from reconciler.cli.reconcile import print_plan, print_status, progress_printer
 from reconciler.execute.cycle import CycleResult, CycleSettings, HostOverride, Reconciler
 from reconciler.execute.secrets import SecretStore
 from reconciler.sim import SimFleet, SimRegistry
 from reconciler.source.gitread import open_repo
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.store.journal import Store
+from reconciler.store.status import status_rows
 from reconciler.transport.ssh import SSHTransport
 
 DEMO_SECRET = "hf_demo_value_for_simulated_sparks"  # noqa: S105 - a stand-in for the demo's fake hosts

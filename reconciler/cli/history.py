@@ -10,7 +10,7 @@ the same, so both are shown.
 from __future__ import annotations
 
 import json
-import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -18,21 +18,24 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from reconciler.cli.common import handle_errors
 from reconciler.source.gitread import open_repo
-from reconciler.source.history import LaneChange, change_to_json, history
+from reconciler.source.history import LaneChange, change_to_json, history, show_value
 from reconciler.source.notes import parse_note
 
 DEFAULT_DB = Path(".lanes/lanes.db")
 
-LaneArg = Annotated[str | None, typer.Argument(help="lane name (the file stem under state/lanes/); all lanes if omitted")]
+LaneArg = Annotated[
+    str | None, typer.Argument(help="lane name (the file stem under state/lanes/); all lanes if omitted")
+]
 RepoOpt = Annotated[str, typer.Option("--repo", help="path of the state repository (or the daemon's mirror)")]
 RevOpt = Annotated[str, typer.Option("--rev", help="walk first-parent history back from this commit")]
 DbOpt = Annotated[
     Path | None,
-    typer.Option("--db", help="the daemon's sqlite journal (default: $LANES_DB, else .lanes/lanes.db if present)"),
+    typer.Option("--db", envvar="LANES_DB", help="the daemon's sqlite journal (default: .lanes/lanes.db if present)"),
 ]
 StateDirOpt = Annotated[str, typer.Option("--state-dir", help="folder of the state inside the repository")]
 LimitOpt = Annotated[int, typer.Option("--limit", min=1, help="at most this many changes per lane")]
@@ -52,9 +55,8 @@ def read_applies(db: Path | None) -> dict[tuple[str, str], list[dict[str, Any]]]
         return {}
     conn.row_factory = sqlite3.Row
     try:
-        rows = conn.execute(
-            'select run, lane, "commit", fingerprint, result, error, started, finished, timings from applies order by id'
-        ).fetchall()
+        columns = 'run, lane, "commit", fingerprint, result, error, started, finished, timings'
+        rows = conn.execute(f"select {columns} from applies order by id").fetchall()  # noqa: S608 - constant
     except sqlite3.Error:
         return {}
     finally:
@@ -107,40 +109,49 @@ def _outcome(entry: dict[str, Any]) -> str:
         if row.get("rule"):
             why = f"{row['rule']}: {why}" if why else row["rule"]
         if why:
-            text += f": {why}"
+            text += f": {escape(str(why))}"
         lines.append(text)
     return "\n".join(lines) or "[dim]no record[/]"
+
+
+_ADDED_SUMMARY = ("desired", "engine", "image", "model", "hosts")
+"""For a newly added lane the whole file is new; these fields say what it is."""
 
 
 def _changes(entry: dict[str, Any]) -> str:
     lines = []
     for file in entry["files"]:
-        prefix = "" if "/lanes/" in f"/{file['path']}" else f"{file['path']}: "
+        is_lane = "/lanes/" in f"/{file['path']}"
+        indent = "" if is_lane else "  "
+        if not is_lane:
+            lines.append(f"[dim]{file['path']}[/]")
         if file["error"]:
-            lines.append(f"{prefix}{file['status']} ({file['error']})")
+            lines.append(f"{indent}{file['status']} ({escape(file['error'])})")
             continue
+        fields = file["fields"]
         if file["status"] != "modified":
-            lines.append(f"{prefix}[bold]{file['status']}[/]")
+            lines.append(f"{indent}[bold]{file['status']}[/]")
             if file["status"] == "removed":
                 continue
-        shown = file["fields"] if file["status"] == "modified" else file["fields"][:6]
-        for change in shown:
-            lines.append(f"{prefix}{_field_text(change)}")
-        if len(shown) < len(file["fields"]):
-            lines.append(f"{prefix}... {len(file['fields']) - len(shown)} more fields")
+            fields = [c for c in fields if c["field"] in _ADDED_SUMMARY] if is_lane else []
+        lines.extend(f"{indent}{_field_text(change)}" for change in fields)
     return "\n".join(lines)
+
+
+_DIGEST = re.compile(r"(sha256:[0-9a-f]{12})[0-9a-f]{52}")
 
 
 def _field_text(change: dict[str, Any]) -> str:
     def show(value: Any) -> str:
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
-        return text if len(text) <= 90 else text[:87] + "..."
+        # A digest is told apart by its first 12 hex digits; the JSON output keeps all 64.
+        text = _DIGEST.sub(r"\1…", show_value(value))
+        return escape(text if len(text) <= 120 else text[:117] + "...")
 
     if change["kind"] == "added":
-        return f"{change['field']}: {show(change['new'])}"
+        return f"{escape(change['field'])}: {show(change['new'])}"
     if change["kind"] == "removed":
-        return f"{change['field']}: {show(change['old'])} -> (unset)"
-    return f"{change['field']}: {show(change['old'])} -> {show(change['new'])}"
+        return f"{escape(change['field'])}: {show(change['old'])} -> (unset)"
+    return f"{escape(change['field'])}: {show(change['old'])} -> {show(change['new'])}"
 
 
 def print_history(lanes: dict[str, list[dict[str, Any]]], console: Console) -> None:
@@ -151,17 +162,17 @@ def print_history(lanes: dict[str, list[dict[str, Any]]], console: Console) -> N
         table.add_column("commit", no_wrap=True)
         table.add_column("when (UTC)", no_wrap=True)
         table.add_column("author")
-        table.add_column("change")
+        table.add_column("change", overflow="fold", min_width=56)
         table.add_column("daemon")
         table.add_column("evidence")
         for entry in entries:
             table.add_row(
-                f"{entry['commit'][:12]}\n[dim]{entry['subject'][:40]}[/]",
+                f"{entry['commit'][:12]}\n[dim]{escape(entry['subject'][:40])}[/]",
                 _when(entry["time"]),
-                entry["author"],
+                escape(entry["author"]),
                 _changes(entry),
                 _outcome(entry),
-                "\n".join(Path(p).name for p in entry["evidence"]),
+                escape("\n".join(Path(p).name for p in entry["evidence"])),
             )
         console.print(table)
 
@@ -181,8 +192,7 @@ def history_cmd(
     changes = history(repository, {lane} if lane else None, rev=rev, state_dir=state_dir, limit=limit)
     if lane and lane not in changes:
         changes[lane] = []
-    journal = db if db is not None else Path(os.environ.get("LANES_DB") or DEFAULT_DB)
-    applies = read_applies(journal)
+    applies = read_applies(db if db is not None else DEFAULT_DB)
     lanes = {name: [entry_json(c, applies) for c in changes[name]] for name in sorted(changes)}
     if as_json:
         print(json.dumps({"lanes": lanes}, indent=2, default=str))

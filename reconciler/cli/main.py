@@ -7,7 +7,10 @@ from typing import Annotated
 import typer
 
 from reconciler.cli import check as check_cmd
+from reconciler.cli import config as config_cmd
+from reconciler.cli import daemon as daemon_cmd
 from reconciler.cli import demo as demo_cmd
+from reconciler.cli import history as history_cmd
 from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import schema as schema_cmd
 from reconciler.logsetup import configure
@@ -38,10 +41,16 @@ app.command("apply")(reconcile_cmd.apply_cmd)
 app.command("status")(reconcile_cmd.status_cmd)
 app.command("retry")(reconcile_cmd.retry_cmd)
 app.command("demo")(demo_cmd.demo)
+app.command("daemon")(daemon_cmd.daemon_cmd)
+app.command("init")(daemon_cmd.init_cmd)
+app.command("history")(history_cmd.history_cmd)
 app.command("schema")(schema_cmd.schema)
 model_app = typer.Typer(help="Model files: fill architecture facts from a checkpoint.", no_args_is_help=True)
 model_app.command("facts")(schema_cmd.model_facts)
 app.add_typer(model_app, name="model")
+config_app = typer.Typer(help="The daemon's settings file.", no_args_is_help=True)
+config_app.command("check")(config_cmd.config_check_cmd)
+app.add_typer(config_app, name="config")
 
 
 if __name__ == "__main__":

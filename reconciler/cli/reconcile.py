@@ -18,6 +18,7 @@ from reconciler.execute.cycle import CycleResult, CycleSettings, Reconciler
 from reconciler.execute.secrets import SecretStore
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
+from reconciler.store.status import status_rows
 from reconciler.transport.ssh import SSHTransport
 
 RepoOpt = Annotated[str, typer.Option("--repo", help="path of the state repository")]
@@ -66,31 +67,6 @@ def print_plan(result: CycleResult, console: Console) -> None:
             console.print(f"          {i}. {step.describe()}", highlight=False)
     if result.plan.empty:
         console.print("[green]nothing to do[/]")
-
-
-def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, Any]]:
-    records = {r.name: r for r in store.lanes()}
-    names = sorted(set(records) | set(desired.lanes if desired else ()))
-    rows = []
-    for name in names:
-        rec = records.get(name)
-        lane = desired.lanes.get(name) if desired else None
-        want = lane.desired if lane else (rec.desired if rec else "stopped")
-        health = ("stopped" if want == "stopped" else "progressing") if rec is None else rec.health
-        rows.append(
-            {
-                "name": name,
-                "desired": want,
-                "health": health,
-                "commit": rec.applied_commit if rec else None,
-                "desired_commit": rec.desired_commit if rec else (desired.commit if desired else None),
-                "hosts": list(lane.hosts if lane else (rec.hosts if rec else ())),
-                "last_error": rec.last_error if rec else None,
-                "timings": rec.timings if rec else {},
-                "updated": rec.updated if rec else None,
-            }
-        )
-    return rows
 
 
 def print_status(rows: list[dict[str, Any]], console: Console) -> None:

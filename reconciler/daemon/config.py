@@ -396,6 +396,8 @@ class DaemonConfig(_Section):
 # -- loading ----------------------------------------------------------------------------
 
 _TOML_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+
+
 def _describe(error: Mapping[str, Any], model_fields: Mapping[str, Any] | None) -> str:
     kind = error.get("type", "")
     if kind == "extra_forbidden":

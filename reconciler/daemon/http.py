@@ -176,9 +176,7 @@ class HttpServer:
             method = request.method
             response = await self._route(request)
         except _HttpError as exc:
-            response = Response(
-                exc.status, (exc.text.rstrip("\n") + "\n").encode(), headers=exc.headers
-            )
+            response = Response(exc.status, (exc.text.rstrip("\n") + "\n").encode(), headers=exc.headers)
         log.debug("http.request", method=method, status=response.status)
         await self._send(writer, response, head_only=method == "HEAD")
 

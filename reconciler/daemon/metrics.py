@@ -22,6 +22,8 @@ HEALTHS = ("healthy", "progressing", "degraded", "failed", "denied", "stopped")
 
 APPLIED = frozenset({"applied", "stopped"})
 FAILED = frozenset({"failed", "rolled-back"})
+TRANSACTIONS = APPLIED | FAILED
+"""Results that touched hosts. `noop`, `denied` and `blocked` repeat every cycle a lane stays so: not counted."""
 
 DURATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 """A no-op cycle takes about a second; a lane whose model loads for 20 minutes takes that long."""
@@ -45,9 +47,14 @@ class Metrics:
         r = self.registry
         self.info = Gauge("lanes_build_info", "lanes version, always 1", ["version"], registry=r)
         self.info.labels(version=_version).set(1)
-        self.lanes = Gauge("lanes_lanes", "Lanes by health (healthy, progressing, degraded, ...)", ["health"], registry=r)
+        self.lanes = Gauge(
+            "lanes_lanes", "Lanes by health (healthy, progressing, degraded, ...)", ["health"], registry=r
+        )
         self.lane_health = Gauge(
-            "lanes_lane_health", "1 for the current health of each lane, 0 for the others", ["lane", "health"], registry=r
+            "lanes_lane_health",
+            "1 for the current health of each lane, 0 for the others",
+            ["lane", "health"],
+            registry=r,
         )
         self.last_reconcile = Gauge(
             "lanes_last_reconcile_timestamp_seconds", "Unix time the last reconcile cycle finished", registry=r
@@ -63,7 +70,7 @@ class Metrics:
         )
         self.applies = Counter(
             "lanes_lane_applies",
-            "Lane transactions by lane and result (applied, stopped, rolled-back, failed, denied, blocked)",
+            "Lane transactions by lane and result (applied, stopped, rolled-back, failed)",
             ["lane", "result"],
             registry=r,
         )
@@ -71,13 +78,20 @@ class Metrics:
             "lanes_lane_failures", "Lane transactions that failed or were rolled back, by lane", ["lane"], registry=r
         )
         self.denials = Counter(
-            "lanes_policy_denials", "Commits refused by policy, by rule (once per commit and rule)", ["rule"], registry=r
+            "lanes_policy_denials",
+            "Commits refused by policy, by rule (once per commit and rule)",
+            ["rule"],
+            registry=r,
         )
         self.releases_behind = Gauge(
-            "lanes_upstream_releases_behind", "Upstream releases newer than the lane's engine build", ["lane"], registry=r
+            "lanes_upstream_releases_behind",
+            "Upstream releases newer than the lane's engine build",
+            ["lane"],
+            registry=r,
         )
         self.days_behind = Gauge(
-            "lanes_upstream_days_behind", "Days between the lane's engine build and the newest upstream release",
+            "lanes_upstream_days_behind",
+            "Days between the lane's engine build and the newest upstream release",
             ["lane"],
             registry=r,
         )
@@ -118,12 +132,11 @@ class Metrics:
         self.duration.observe(duration_s)
         failed = False
         for r in results:
-            if r.result == "noop":
+            if r.result not in TRANSACTIONS:
                 continue
             self.applies.labels(lane=r.lane, result=r.result).inc()
             if r.result in FAILED:
                 self.failures.labels(lane=r.lane).inc()
-            if r.result not in APPLIED:
                 failed = True
         self.cycles.labels(outcome="error" if error else ("failed" if failed else "ok")).inc()
 

@@ -53,6 +53,8 @@ class SimContainerRuntime:
         self.facts = SimHostFacts(memory_per_container=memory_per_container, clock=clock)
         self.daemon = SimDockerDaemon(address, images, self.work_dir, self._read_envfile)
         self.docker_available = True  # False: a host where `docker` is not installed
+        self.latency: dict[str, float] = {}
+        """Seconds to wait before answering, by fact marker (`lanes-lease`) or `docker <verb>`."""
 
     # -- what tests set up and look at --------------------------------------
 
@@ -89,6 +91,10 @@ class SimContainerRuntime:
         if not argv:
             return 0, "", ""
         marker = fc.command_marker(argv)
+        delay = self.latency.get(marker or " ".join(argv[:2]), 0.0)
+        if delay:
+            # A slow host (or a slow pull, stop, lease): lets tests land a fault inside a given step.
+            await asyncio.sleep(delay)
         if marker is not None:
             return self._fact_command(marker, argv, stdin)
         if argv[0] == "docker" and self.docker_available:

@@ -42,10 +42,10 @@ class FieldChange:
 
     def describe(self) -> str:
         if self.kind == "added":
-            return f"{self.field}: (unset) -> {_show(self.new)}"
+            return f"{self.field}: (unset) -> {show_value(self.new)}"
         if self.kind == "removed":
-            return f"{self.field}: {_show(self.old)} -> (unset)"
-        return f"{self.field}: {_show(self.old)} -> {_show(self.new)}"
+            return f"{self.field}: {show_value(self.old)} -> (unset)"
+        return f"{self.field}: {show_value(self.old)} -> {show_value(self.new)}"
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,8 @@ class LaneChange:
         return tuple(c for f in self.files for c in f.fields)
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A field value as a person reads it in a diff line: lists in brackets, no quotes."""
     if isinstance(value, str):
         return value
     if value is None:
@@ -95,9 +96,9 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
+        return "[" + ", ".join(show_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {show_value(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 

@@ -150,7 +150,13 @@ class Mirror:
 
     def _fetch(self, specs: list[str]) -> None:
         if self.transport == "git":
-            self._git(["fetch", "--no-tags", "--no-write-fetch-head", "origin", *specs], what="fetch")
+            result = self._git(
+                ["fetch", "--no-tags", "--no-write-fetch-head", "origin", *specs], what="fetch", check=False
+            )
+            if result.returncode != 0:
+                if f"couldn't find remote ref refs/heads/{self.branch}" in result.stderr:
+                    raise TransientError(f"{self.url}: fetch: no branch '{self.branch}' on the remote")
+                raise TransientError(f"{self.url}: fetch failed: {_tail(result.stderr or result.stdout)}")
             return
         try:
             remote = self.repo.remotes["origin"]

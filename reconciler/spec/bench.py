@@ -101,8 +101,9 @@ class BenchProfilesFile(StrictModel):
             if isinstance(body, Mapping):
                 if "name" in body and body["name"] != key:
                     raise ValueError(f"profile '{key}' says its name is '{body['name']}'; drop the name or match it")
-                body = {**body, "name": key}
-            profiles[key] = body
+                profiles[key] = {**body, "name": key}
+            else:
+                profiles[key] = body
         return {**data, "profiles": profiles}
 
     def get(self, name: str) -> BenchProfile | None:

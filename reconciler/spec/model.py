@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from reconciler.spec.base import Name, StrictModel
 
@@ -86,3 +86,10 @@ class ModelSpec(StrictModel):
     quantization: str = Field(default="bf16", description="weight format: bf16, fp8, mxfp8, mxfp4, nvfp4, ...")
     moe: MoE | None = None
     architecture: Architecture
+
+    @field_validator("revision", mode="before")
+    @classmethod
+    def _revision_text(cls, value: object) -> object:
+        if value is not None and not isinstance(value, str):
+            raise ValueError("YAML read this revision as a number: put the sha in quotes")
+        return value

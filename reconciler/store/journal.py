@@ -94,6 +94,11 @@ class Store:
                 },
                 pk="name",
             )
+        if "commits" not in db.table_names():
+            db.table("commits").create(
+                {"sha": str, "outcome": str, "detail": str, "time": float},
+                pk="sha",
+            )
         if "applies" not in db.table_names():
             db.table("applies").create(
                 {
@@ -209,6 +214,21 @@ class Store:
             return False
         self.update_lane(name, failed_fingerprint=None)
         return True
+
+    # -- commits ---------------------------------------------------------------
+
+    def record_commit(self, sha: str, outcome: str, detail: dict[str, Any]) -> None:
+        """What the daemon decided about a commit: applied, denied, invalid, refused, failed."""
+        row = {"sha": sha, "outcome": outcome, "detail": json.dumps(detail, default=str), "time": time.time()}
+        self._write(lambda: self.db.table("commits").upsert(row, pk="sha"))
+
+    def commit_outcome(self, sha: str) -> dict[str, Any] | None:
+        try:
+            row = self.db.table("commits").get(sha)
+        except sqlite_utils.db.NotFoundError:
+            return None
+        return {"sha": row["sha"], "outcome": row["outcome"], "detail": json.loads(row["detail"] or "{}"),
+                "time": row["time"]}
 
     # -- applies ---------------------------------------------------------------
 

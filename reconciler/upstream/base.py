@@ -17,14 +17,18 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 import httpx
+import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from reconciler.errors import PermanentError, TransientError
+from reconciler.upstream.store import PollState, UpstreamStore
+
+log = structlog.get_logger(__name__)
 
 USER_AGENT = "lanes-upstream-watch"
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -202,6 +206,32 @@ class Requester:
                 continue
             return response
         raise TransientError(f"{method} {_public(url)}: {last} after {self.settings.attempts} attempt(s)")
+
+
+def failed(
+    name: str,
+    kind: str,
+    store: UpstreamStore,
+    state: PollState,
+    error: str,
+    requests: int,
+    settings: PollSettings,
+    clock: Clock,
+) -> PollResult:
+    """Record a failed poll and back off exponentially (with jitter) before the next one."""
+    now = clock.now()
+    failures = state.failures + 1
+    until = now + backoff_delay(failures, settings, clock.rng)
+    store.save_poll_state(replace(state, last_poll=now, next_allowed=until, failures=failures, last_error=error))
+    log.warning(
+        "upstream.poll_failed", source=name, kind=kind, error=error, failures=failures, retry_in_s=round(until - now, 1)
+    )
+    return PollResult(name, kind, "failed", requests=requests, next_allowed=until, error=error)
+
+
+def mark_polled(store: UpstreamStore, state: PollState, now: float, until: float | None) -> None:
+    """A poll that succeeded without new content: clear the failures, keep the ETag."""
+    store.save_poll_state(replace(state, last_poll=now, next_allowed=until, failures=0, last_error=None))
 
 
 def _public(url: str | httpx.URL) -> str:

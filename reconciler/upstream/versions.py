@@ -256,9 +256,19 @@ def _days(newest: date | None, built: date | None, behind: bool) -> int | None:
     return max(0, (newest - built).days)
 
 
+def dated_gap(image_built: date | None, tags: Sequence[tuple[str, date]]) -> Gap:
+    """Tags that carry only a date (`nightly-20261015`): newer means dated after the build."""
+    ordered = sorted(tags, key=lambda t: (t[1], t[0]))
+    as_candidates = [Candidate(tag, Version("0"), day) for tag, day in ordered]
+    latest = as_candidates[-1] if as_candidates else None
+    if image_built is None:
+        return Gap("unknown", latest, (), None)
+    behind = tuple(c for c in as_candidates if c.published is not None and c.published > image_built)
+    return Gap("build-date", latest, behind, _days(latest.published if latest else None, image_built, bool(behind)))
+
+
 def humanize_days(days: int | None) -> str:
     if days is None:
-        return "?"
-    if days < 14:
-        return f"{days} day{'s' if days != 1 else ''}"
-    return f"~{round(days / 7)} weeks"
+        return "? days"
+    text = f"{days} day{'s' if days != 1 else ''}"
+    return f"{text} (~{round(days / 7)} weeks)" if days >= 14 else text

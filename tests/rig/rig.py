@@ -532,10 +532,11 @@ class Rig:
         self._start_sshd(h, new_key=False)
 
     def reset(self, name: str) -> None:
-        """Between tests: every link up, no container on any host, a fresh journal named after the test."""
+        """Between tests: every link up, no container nor image on any host, a fresh journal named after the test."""
         for host in self.hosts.values():
             self.set_link(host.name, True)
             podman_local(host.folder, "rm", "-af", "-t", "0", check=False)
+            podman_local(host.folder, "rmi", "-af", check=False)
         self.db_name = name
         self.db.unlink(missing_ok=True)
 

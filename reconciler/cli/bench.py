@@ -1,0 +1,158 @@
+"""`lanes bench LANE`: measure a lane's endpoint and print (and keep) the evidence.
+
+Reads the lane and its bench profile from a commit (default HEAD), drives
+the lane's OpenAI-compatible endpoint (the head host's address and the
+lane's port, or `--url`), shows a progress bar on stderr, and prints a
+llama-benchy style table (or the evidence JSON with `--json`). `--out FILE`
+writes the evidence and its SVG chart beside it; `--baseline FILE` compares
+with an earlier evidence file. Exit 0 fine, 1 a throughput regression
+beyond noise against the baseline (or the endpoint failed), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from reconciler.bench import chart, evidence
+from reconciler.bench.runner import Progress as BenchProgress
+from reconciler.bench.service import benchmark_lane
+from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, handle_errors
+from reconciler.errors import InputError
+from reconciler.source.gitread import open_repo, read_commit
+from reconciler.spec.bench import load_bench_profiles
+from reconciler.spec.load import load_desired
+
+
+def _read_baseline(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read baseline: {exc.strerror}", file=str(path), field="--baseline") from None
+    return evidence.loads(text, str(path))
+
+
+def _fmt(metric: Any, digits: int = 2) -> str:
+    if not isinstance(metric, Mapping):
+        return ""
+    return f"{metric['mean']:.{digits}f} ± {metric['std']:.{digits}f}"
+
+
+def _change(comparison: Mapping[str, Any] | None, row: Mapping[str, Any], metric: str) -> str:
+    if not comparison:
+        return ""
+    key = (row["prompt_size"], row["response_size"], row["context_size"], row["concurrency"])
+    for m in comparison["metrics"]:
+        if m["metric"] == metric and (m["prompt_size"], m["response_size"], m["context_size"], m["concurrency"]) == key:
+            change = f"{m['relative']:+.1%}" if m["relative"] is not None else f"{m['delta']:+.3g}"
+            color = {"worse": "red", "better": "green"}.get(m["verdict"], "")
+            return f"[{color}]{change}[/]" if color else change
+    return ""
+
+
+def render_table(ev: Mapping[str, Any], console: Console) -> None:
+    """llama-benchy's table: a pp row and a tg row per grid point (times in ms)."""
+    comparison = ev.get("comparison")
+    table = Table(
+        title=f"{ev['lane']} at {str(ev['commit'])[:12]} · {ev['model']} · latency {ev['latency_ms']:.1f} ms",
+        title_justify="left",
+    )
+    for column in ("test", "c", "t/s (total)", "t/s (req)", "ttfr", "est_ppt", "e2e_ttft", "itl", "vs baseline"):
+        table.add_column(column, justify="left" if column == "test" else "right", no_wrap=True)
+    for row in ev["benchmarks"]:
+        depth = f" @ d{row['context_size']}" if row["context_size"] else ""
+        c = str(row["concurrency"])
+        table.add_row(
+            f"pp{row['prompt_size']}{depth}",
+            c,
+            _fmt(row.get("pp_throughput")),
+            _fmt(row.get("pp_req_throughput")),
+            _fmt(row.get("ttfr")),
+            _fmt(row.get("est_ppt")),
+            _fmt(row.get("e2e_ttft")),
+            "",
+            _change(comparison, row, "pp_throughput"),
+        )
+        table.add_row(
+            f"tg{row['response_size']}{depth}",
+            c,
+            _fmt(row.get("tg_throughput")),
+            _fmt(row.get("tg_req_throughput")),
+            "",
+            "",
+            "",
+            _fmt(row.get("itl")),
+            _change(comparison, row, "tg_throughput"),
+        )
+    console.print(table)
+    errors = sum(int(row.get("errors", 0)) for row in ev["benchmarks"])
+    if errors:
+        console.print(f"[yellow]{errors} request(s) failed and are left out of the figures[/]")
+    if comparison:
+        base = comparison["baseline"]
+        against = f"baseline {str(base.get('commit') or '?')[:12]} ({base.get('time') or '?'})"
+        if comparison["regression"]:
+            console.print(f"[bold red]REGRESSION[/] against {against}: " + "; ".join(comparison["regressions"]))
+        else:
+            console.print(f"[green]no throughput regression beyond noise[/] against {against}")
+
+
+@handle_errors
+def bench_cmd(
+    lane: Annotated[str, typer.Argument(help="the lane to benchmark")],
+    repo: Annotated[str, typer.Option("--repo", help="path of the state repository")] = ".",
+    rev: Annotated[str, typer.Option("--rev", help="commit, branch or tag the lane is read from")] = "HEAD",
+    state_dir: Annotated[str, typer.Option(help="folder of the state files in the repo")] = "state",
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="profile in bench-profiles.yaml (default: the lane's, else default)")
+    ] = None,
+    url: Annotated[
+        str | None, typer.Option("--url", help="endpoint root (default: http://<head host address>:<lane port>)")
+    ] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="earlier evidence JSON to compare with")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="write the evidence JSON here (and the chart as .svg)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the evidence JSON instead of a table")] = False,
+) -> None:
+    """Benchmark a lane (pp, tg, TTFT, ITL); exit 1 on a throughput regression against --baseline."""
+    read = read_commit(open_repo(repo), rev, (state_dir,))
+    desired = load_desired(read.files, read.commit, state_dir=state_dir)
+    profiles = load_bench_profiles(read.files, state_dir=state_dir)
+    base = _read_baseline(baseline) if baseline is not None else None
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(f"bench {lane}", total=None)
+
+        def show(p: BenchProgress) -> None:
+            bar.update(task, completed=p.done, total=p.total, description=f"bench {lane}: {p.label}")
+
+        ev = asyncio.run(
+            benchmark_lane(desired, lane, profiles=profiles, profile=profile, url=url, baseline=base, progress=show)
+        )
+
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(evidence.dumps(ev), encoding="utf-8")
+        out.with_suffix(".svg").write_text(chart.render_svg(ev, base), encoding="utf-8")
+    if as_json:
+        print(json.dumps(ev, indent=2))
+    else:
+        console = Console()
+        render_table(ev, console)
+        if out is not None:
+            console.print(f"evidence: {out}  chart: {out.with_suffix('.svg')}", highlight=False)
+    raise typer.Exit(EXIT_DENY if ev["regression"] else EXIT_OK)

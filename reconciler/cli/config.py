@@ -1,0 +1,118 @@
+"""`lanes config check`: validate the daemon's TOML file and print the effective settings.
+
+Run it before `systemctl restart lanes-reconciler`: a bad key is reported with
+file, line and field (exit 2) instead of a unit that fails to start. Secret
+files are named and stat'ed, never opened, so the output is safe to paste.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from reconciler.cli.common import EXIT_OK, handle_errors
+from reconciler.daemon.config import DEFAULT_CONFIG, SYSTEMD_ENV, DaemonConfig, load_config
+from reconciler.daemon.http import is_loopback
+
+ConfigOpt = Annotated[
+    Path, typer.Option("--config", "-c", envvar="LANES_CONFIG", help="the daemon's TOML settings file")
+]
+
+
+def _file_facts(path: Path | None) -> dict[str, Any]:
+    """Whether a secret file is there and who may read it: from stat, without reading it."""
+    if path is None:
+        return {"path": None, "state": "not set"}
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return {"path": str(path), "state": "missing"}
+    except OSError as exc:
+        return {"path": str(path), "state": f"cannot stat: {exc.strerror}"}
+    kind = "folder" if stat.S_ISDIR(st.st_mode) else "file"
+    return {"path": str(path), "state": "present", "kind": kind, "mode": f"{stat.S_IMODE(st.st_mode):04o}"}
+
+
+def _warnings(cfg: DaemonConfig, secrets: dict[str, dict[str, Any]], env: dict[str, str]) -> list[str]:
+    out: list[str] = []
+    creds = env.get("CREDENTIALS_DIRECTORY", "")
+    for name, facts in secrets.items():
+        path = facts["path"]
+        if facts["state"] == "missing":
+            if creds and path and path.startswith(creds):
+                out.append(f"{name}: {path} does not exist here; systemd creates it from LoadCredential= at start")
+            elif name == "ssh.key":
+                out.append(f"{name}: {path} does not exist: the daemon cannot reach any host")
+            else:
+                out.append(f"{name}: {path} does not exist")
+        elif facts.get("kind") == "file" and int(facts["mode"], 8) & 0o077:
+            out.append(f"{name}: {path} is readable by group or others (mode {facts['mode']}); use 0600")
+    if not cfg.ssh.known_hosts.is_file():
+        out.append(f"ssh.known_hosts: {cfg.ssh.known_hosts} does not exist: pin every host key first")
+    if cfg.repo.is_local and not Path(cfg.repo.url).exists():
+        out.append(f"repo.url: {cfg.repo.url} does not exist on this machine")
+    if cfg.http.enabled and not is_loopback(cfg.http.host_port[0]):
+        out.append(f"http.listen: {cfg.http.listen} is not loopback: /status and /metrics are served without auth")
+    if cfg.http.enabled and cfg.http.webhook_secret_file is None:
+        out.append("http.webhook_secret_file is not set: POST /webhook is off (fetches still run every interval)")
+    return out
+
+
+def _print_human(cfg: DaemonConfig, path: Path, secrets: dict[str, dict[str, Any]], warnings: list[str]) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"[green]ok[/]: {path}")
+    dumped = cfg.model_dump(mode="json")
+    for section in ("repo", "ssh", "daemon", "http", "upstream", "bench"):
+        console.print(f"\n[bold]\\[{section}][/]")
+        for key, value in dumped[section].items():
+            console.print(f"{key} = {json.dumps(value)}")
+    for host, override in dumped["hosts"].items():
+        console.print(f"\n[bold]\\[hosts.{host}][/]")
+        for key, value in override.items():
+            console.print(f"{key} = {json.dumps(value)}")
+    console.print("\n[bold]secret files[/] (named, never read)")
+    for name, facts in secrets.items():
+        extra = f", {facts['kind']} mode {facts['mode']}" if facts["state"] == "present" else ""
+        console.print(f"{name}: {facts['path'] or '-'} ({facts['state']}{extra})")
+    for w in warnings:
+        console.print(f"[yellow]warning[/]: {w}")
+
+
+@handle_errors
+def config_check_cmd(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    systemd: Annotated[
+        bool,
+        typer.Option(
+            "--systemd",
+            help="resolve defaults as the unit sees them ($STATE_DIRECTORY=/var/lib/lanes, "
+            "$CREDENTIALS_DIRECTORY=/run/credentials/lanes-reconciler.service, ...)",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Validate the daemon's settings and print them as the daemon would use them: exit 0 fine, 2 bad input."""
+    env = dict(os.environ)
+    if systemd:
+        env.update(SYSTEMD_ENV)
+    cfg = load_config(config, env=env)
+    secrets = {name: _file_facts(p) for name, p in cfg.secret_paths().items()}
+    warnings = _warnings(cfg, secrets, env)
+    if as_json:
+        out = {
+            "ok": True,
+            "file": str(config),
+            "settings": cfg.model_dump(mode="json"),
+            "secret_files": secrets,
+            "warnings": warnings,
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        _print_human(cfg, config, secrets, warnings)
+    raise typer.Exit(EXIT_OK)

@@ -1,0 +1,168 @@
+"""`lanes upstream` (the gap table) and `lanes propose` (proposal branches) from a shell.
+
+`lanes upstream` prints what the team's note kept by hand: per lane, the
+engine build, the newest upstream release and how far behind the build is.
+It reads what the pollers recorded in sqlite; `--refresh` polls every source
+first (honouring each source's rate-limit deadline), with one progress line
+per source on stderr so `--json` stays clean on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, handle_errors
+from reconciler.source.gitread import open_repo, read_commit
+from reconciler.spec.load import DesiredState, load_desired
+from reconciler.upstream.base import PollResult, PollSettings
+from reconciler.upstream.forge import ForgeSettings
+from reconciler.upstream.gap import GapRow, gap_rows
+from reconciler.upstream.poll import poll_all
+from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, propose_all
+from reconciler.upstream.store import UpstreamStore
+
+RepoOpt = Annotated[str, typer.Option("--repo", help="path of the state repository")]
+RevOpt = Annotated[str, typer.Option("--rev", help="commit, branch or tag whose lanes are compared")]
+DbOpt = Annotated[Path, typer.Option("--db", envvar="LANES_DB", help="sqlite file (shared with the journal)")]
+DataOpt = Annotated[Path, typer.Option("--data-dir", envvar="LANES_UPSTREAM_DIR", help="git mirrors of git heads")]
+SecretsOpt = Annotated[
+    Path | None,
+    typer.Option("--secrets-dir", envvar="LANES_SECRETS_DIR", help="folder of credential files, one per name"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+StateDirOpt = Annotated[str, typer.Option("--state-dir", help="folder of the state files in the repo")]
+
+DEFAULT_DB = Path(".lanes/lanes.db")
+DEFAULT_DATA = Path(".lanes/upstream")
+
+
+def load_state(repo: str, rev: str, state_dir: str) -> DesiredState:
+    """Only `state/` is needed for the table: policies are not read (nor required)."""
+    read = read_commit(open_repo(repo), rev, (state_dir,))
+    return load_desired(read.files, read.commit, state_dir=state_dir)
+
+
+def progress(result: PollResult) -> None:
+    color = {"new": "cyan", "unchanged": "green", "failed": "red"}.get(result.status, "yellow")
+    err_console.print(f"[{color}]{result.status:12}[/] {result.describe()}", highlight=False, soft_wrap=True)
+
+
+@handle_errors
+def upstream_cmd(
+    repo: RepoOpt = ".",
+    rev: RevOpt = "HEAD",
+    db: DbOpt = DEFAULT_DB,
+    refresh: Annotated[bool, typer.Option("--refresh", help="poll every upstream source first")] = False,
+    as_json: JsonOpt = False,
+    state_dir: StateDirOpt = "state",
+    data_dir: DataOpt = DEFAULT_DATA,
+    secrets_dir: SecretsOpt = None,
+) -> None:
+    """The gap table: each lane's engine build against the newest upstream release or branch head."""
+    desired = load_state(repo, rev, state_dir)
+    settings = PollSettings(data_dir=data_dir, credentials_dir=secrets_dir)
+    polled: list[PollResult] = []
+    with UpstreamStore(db) as store:
+        if refresh:
+            polled = asyncio.run(poll_all(desired.upstreams, store, settings, on_result=progress))
+        rows = gap_rows(desired, store)
+    if as_json:
+        out = {"commit": desired.commit, "lanes": [r.to_json() for r in rows], "polled": [p.to_json() for p in polled]}
+        print(json.dumps(out, indent=2))
+    else:
+        render_gap(rows, Console(), desired.commit)
+    raise typer.Exit(EXIT_OK)
+
+
+def _between(values: tuple[str, ...]) -> str:
+    if len(values) <= 6:
+        return ", ".join(values)
+    return f"{', '.join(values[:3])}, ..., {', '.join(values[-2:])} ({len(values)})"
+
+
+def render_gap(rows: list[GapRow], console: Console, commit: str = "") -> None:
+    title = f"Where we are{f' at {commit[:12]}' if commit else ''}"
+    table = Table(title=title, title_justify="left")
+    for column in ("lane", "engine build", "built", "upstream latest", "date", "gap", "in between"):
+        table.add_column(column, no_wrap=column == "lane", overflow="fold")
+    for r in rows:
+        build = f"{r.engine} {r.engine_version}" + (f"\n@{r.digest_short}" if r.digest_short else "")
+        latest = f"{r.upstream}: {r.latest}" if r.upstream and r.latest else (r.upstream or "-")
+        style = "green" if r.summary.endswith("current") or "current (" in r.summary else ""
+        between = _between(r.between) if r.rule != "commit" else "; ".join(r.between[:3])
+        table.add_row(r.lane, build, r.built or "?", latest, r.latest_date or "", r.summary, between, style=style)
+    console.print(table)
+
+
+ForgeKind = Literal["github", "gitea"]
+
+
+@handle_errors
+def propose_cmd(
+    repo: RepoOpt = ".",
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+    remote: Annotated[str, typer.Option("--remote", help="remote to fetch from and push to ('' for none)")] = "origin",
+    base: Annotated[str, typer.Option("--base", help="the branch proposals start from and target")] = "main",
+    refresh: Annotated[bool, typer.Option("--refresh", help="poll every upstream source first")] = False,
+    forge: Annotated[ForgeKind | None, typer.Option("--forge", help="open pull requests on github or gitea")] = None,
+    forge_url: Annotated[str, typer.Option("--forge-url", help="API base URL of the forge")] = "https://api.github.com",
+    forge_repo: Annotated[str | None, typer.Option("--forge-repo", help="owner/name on the forge")] = None,
+    forge_token: Annotated[str | None, typer.Option("--forge-token", help="credential name of the API token")] = None,
+    push_credential: Annotated[str | None, typer.Option("--push-credential", help="credential name, user:token")] = None,
+    author_name: Annotated[str, typer.Option("--author-name", help="author of proposal commits")] = "lanes",
+    author_email: Annotated[str, typer.Option("--author-email")] = "lanes@localhost",
+    state_dir: StateDirOpt = "state",
+    data_dir: DataOpt = DEFAULT_DATA,
+    secrets_dir: SecretsOpt = None,
+) -> None:
+    """Propose a branch (and a pull request) for the newest qualifying release of every tracking lane."""
+    poll = PollSettings(data_dir=data_dir, credentials_dir=secrets_dir)
+    forge_settings = None
+    if forge is not None:
+        if not forge_repo:
+            raise typer.BadParameter("--forge needs --forge-repo owner/name", param_hint="--forge-repo")
+        forge_settings = ForgeSettings(kind=forge, api_url=forge_url, repo=forge_repo, token_credential=forge_token)
+    settings = ProposalSettings(
+        remote=remote or None,
+        base=base,
+        state_dir=state_dir,
+        author_name=author_name,
+        author_email=author_email,
+        push_credential=push_credential,
+        forge=forge_settings,
+        poll=poll,
+    )
+    with UpstreamStore(db) as store:
+        if refresh:
+            desired = load_state(repo, base, state_dir)
+            asyncio.run(poll_all(desired.upstreams, store, poll, on_result=progress))
+        outcomes = asyncio.run(propose_all(repo, store, settings))
+    failed = any(o.action == "failed" for o in outcomes)
+    if as_json:
+        print(json.dumps({"ok": not failed, "proposals": [o.to_json() for o in outcomes]}, indent=2))
+    else:
+        render_outcomes(outcomes, Console())
+    raise typer.Exit(EXIT_DENY if failed else EXIT_OK)
+
+
+def render_outcomes(outcomes: list[ProposalOutcome], console: Console) -> None:
+    if not outcomes:
+        console.print("no lane declares track:")
+    for o in outcomes:
+        color = {"opened": "cyan", "adopted": "cyan", "failed": "red", "limited": "yellow"}.get(o.action, "green")
+        what = f"{o.version} on {o.branch}" if o.branch else o.message
+        console.print(f"[{color}]{o.action:8}[/] [bold]{o.lane}[/]: {what}", highlight=False, soft_wrap=True)
+        if o.pr_url:
+            console.print(f"         pull request: {o.pr_url}", highlight=False)
+        if o.message and o.branch:
+            console.print(f"         {o.message}", highlight=False)
+        for d in o.denial:
+            console.print(f"         [red]DENY[/] {d}", highlight=False, soft_wrap=True)

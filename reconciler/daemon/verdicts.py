@@ -1,0 +1,124 @@
+"""What the daemon decides about one commit, and where it writes that down.
+
+A head commit is refused when it must be signed and is not, rejected when
+its files do not load, and otherwise reconciled (lanes denied by policy keep
+their last good state). Every decision goes to the journal, to a git note on
+the commit (`git log --notes=lanes` on any clone shows it) and to metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import structlog
+
+from reconciler.daemon.config import DaemonConfig
+from reconciler.daemon.metrics import Metrics
+from reconciler.errors import InputError, LanesError
+from reconciler.execute.cycle import CycleResult, Reconciler
+from reconciler.source.loadcommit import load_commit
+from reconciler.source.mirror import Mirror
+from reconciler.source.notes import write_verdict_note
+from reconciler.source.signatures import verify_commit
+from reconciler.spec.load import DesiredState
+from reconciler.store.journal import Store
+
+log = structlog.get_logger("lanes.daemon")
+
+
+class CommitDecider:
+    def __init__(
+        self, config: DaemonConfig, store: Store, reconciler: Reconciler, mirror: Mirror, metrics: Metrics
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.reconciler = reconciler
+        self.mirror = mirror
+        self.metrics = metrics
+        self.last_desired: DesiredState | None = None
+
+    async def decide(self, head: str) -> str:
+        t0 = time.monotonic()
+        structlog.contextvars.bind_contextvars(commit=head[:12])
+        try:
+            refusal = self._refusal(head)
+            if refusal is not None:
+                self._record(head, "refused", {"refused": refusal})
+                self.metrics.record_cycle(time.monotonic() - t0, error=refusal)
+                return "refused"
+            try:
+                loaded = load_commit(self.mirror.repo, head, self.config.repo.state_dir, self.config.repo.policies_dir)
+            except InputError as exc:
+                self._record(head, "invalid", {"refused": f"invalid state: {exc.describe()}"})
+                self.metrics.record_cycle(time.monotonic() - t0, error=exc.describe())
+                return "invalid"
+            self.last_desired = loaded.desired
+            result = await self.reconciler.run_cycle(loaded)
+            outcome = self._outcome(result)
+            self.metrics.record_cycle(time.monotonic() - t0, result.results)
+            self.metrics.record_denials(v.rule for v in result.verdict.violations if v.severity == "deny")
+            changed = any(r.result != "noop" for r in result.results)
+            if changed or self.store.commit_outcome(head) is None:
+                self._record(head, outcome, self._verdict(result))
+            log.info("cycle.done", outcome=outcome, seconds=round(time.monotonic() - t0, 3))
+            return outcome
+        finally:
+            structlog.contextvars.unbind_contextvars("commit")
+
+    def _refusal(self, head: str) -> str | None:
+        mode = self.config.repo.require_signed_commits
+        if not mode:
+            return None
+        check = verify_commit(self.mirror.repo, head, mode=mode, allowed_signers=self.config.repo.allowed_signers)
+        if check.ok:
+            log.info("commit.signed", signer=check.signer)
+            return None
+        log.warning("commit.refused", reason=check.reason)
+        return check.reason
+
+    @staticmethod
+    def _outcome(result: CycleResult) -> str:
+        results = {r.result for r in result.results}
+        if results & {"failed", "rolled-back"}:
+            return "failed"
+        if "denied" in results:
+            return "denied"
+        if "blocked" in results:
+            return "blocked"
+        return "applied"
+
+    @staticmethod
+    def _verdict(result: CycleResult) -> dict[str, Any]:
+        lanes = []
+        for r in result.results:
+            if r.result == "noop" and not r.error:
+                continue
+            entry: dict[str, Any] = {
+                "lane": r.lane,
+                "result": r.result,
+                "error": r.error,
+                "timings": {k: v for k, v in r.timings.items() if k == "total"},
+            }
+            if r.result == "denied":
+                rules = sorted({v.rule for v in result.verdict.lane_violations(r.lane) if v.severity == "deny"})
+                entry["rule"] = ", ".join(rules)
+            lanes.append(entry)
+        return {"commit": result.commit, "lanes": lanes}
+
+    def _record(self, head: str, outcome: str, verdict: dict[str, Any]) -> None:
+        verdict = {**verdict, "commit": head, "outcome": outcome}
+        self.store.record_commit(head, outcome, verdict)
+        try:
+            write_verdict_note(self.mirror.repo, head, verdict)
+        except (LanesError, OSError, ValueError) as exc:
+            log.warning("note.write_failed", error=str(exc))
+            return
+        asyncio.get_running_loop().run_in_executor(None, self._push_notes)
+
+    def _push_notes(self) -> None:
+        try:
+            self.mirror.push_notes()
+        except LanesError as exc:
+            log.warning("note.push_failed", error=str(exc))

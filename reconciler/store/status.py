@@ -1,0 +1,38 @@
+"""The status of every lane, as `lanes status`, `/status` and the demo show it.
+
+The journal's lane records say what was applied and how it went; the desired
+state says what should be. A lane never applied yet shows as progressing (or
+stopped), so a fresh daemon's status is complete from its first second.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconciler.spec.load import DesiredState
+from reconciler.store.journal import Store
+
+
+def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, Any]]:
+    records = {r.name: r for r in store.lanes()}
+    names = sorted(set(records) | set(desired.lanes if desired else ()))
+    rows = []
+    for name in names:
+        rec = records.get(name)
+        lane = desired.lanes.get(name) if desired else None
+        want = lane.desired if lane else (rec.desired if rec else "stopped")
+        health = ("stopped" if want == "stopped" else "progressing") if rec is None else rec.health
+        rows.append(
+            {
+                "name": name,
+                "desired": want,
+                "health": health,
+                "commit": rec.applied_commit if rec else None,
+                "desired_commit": rec.desired_commit if rec else (desired.commit if desired else None),
+                "hosts": list(lane.hosts if lane else (rec.hosts if rec else ())),
+                "last_error": rec.last_error if rec else None,
+                "timings": rec.timings if rec else {},
+                "updated": rec.updated if rec else None,
+            }
+        )
+    return rows

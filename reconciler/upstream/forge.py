@@ -1,0 +1,105 @@
+"""Open pull requests for proposal branches: GitHub, and Gitea/Forgejo (which the team in the note uses).
+
+A branch alone is easy to miss; a pull request puts the proposal, its
+release notes and its policy verdict where reviewers already look. The two
+APIs differ in path prefix and auth scheme only: GitHub
+`POST /repos/{owner}/{repo}/pulls` with `Authorization: Bearer`, Gitea and
+Forgejo `POST /api/v1/repos/{owner}/{repo}/pulls` with `Authorization:
+token`. Before opening, open pull requests are listed and one for the same
+branch is reused, so a retry never opens a second one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from reconciler.errors import PermanentError, TransientError
+
+
+class ForgeSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["github", "gitea"] = Field(description="gitea also covers Forgejo")
+    api_url: str = Field(description="https://api.github.com, or the Gitea/Forgejo base URL (without /api/v1)")
+    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$", description="owner/name of the state repository on the forge")
+    token_credential: str | None = Field(default=None, description="credential name holding the API token")
+
+
+def _pulls_url(forge: ForgeSettings) -> str:
+    base = forge.api_url.rstrip("/")
+    if forge.kind == "github":
+        return f"{base}/repos/{forge.repo}/pulls"
+    return f"{base}/api/v1/repos/{forge.repo}/pulls"
+
+
+def _headers(forge: ForgeSettings, token: str | None) -> dict[str, str]:
+    headers = {"Accept": "application/json"}
+    if forge.kind == "github":
+        headers["Accept"] = "application/vnd.github+json"
+        headers["X-GitHub-Api-Version"] = "2022-11-28"
+    if token:
+        headers["Authorization"] = f"Bearer {token}" if forge.kind == "github" else f"token {token}"
+    return headers
+
+
+def _check(response: httpx.Response, what: str) -> Any:
+    if response.status_code in (200, 201):
+        return response.json()
+    if response.status_code >= 500:
+        raise TransientError(f"{what}: the forge answered HTTP {response.status_code}")
+    detail = response.text[:200].replace("\n", " ")
+    raise PermanentError(f"{what}: the forge refused (HTTP {response.status_code}): {detail}")
+
+
+async def find_pull(client: httpx.AsyncClient, forge: ForgeSettings, token: str | None, branch: str) -> str | None:
+    """The URL of an open pull request from `branch`, if there is one."""
+    params = {"state": "open"}
+    if forge.kind == "github":
+        params["head"] = f"{forge.repo.split('/')[0]}:{branch}"
+        params["per_page"] = "100"
+    else:
+        params["limit"] = "50"
+    try:
+        response = await client.get(_pulls_url(forge), params=params, headers=_headers(forge, token))
+    except httpx.TransportError as exc:
+        raise TransientError(f"listing pull requests on {forge.api_url}: {type(exc).__name__}") from None
+    pulls = _check(response, f"listing pull requests of {forge.repo}")
+    for pull in pulls if isinstance(pulls, list) else []:
+        head = pull.get("head") if isinstance(pull, dict) else None
+        if isinstance(head, dict) and head.get("ref") == branch:
+            url = pull.get("html_url")
+            return url if isinstance(url, str) else None
+    return None
+
+
+async def open_pull(
+    client: httpx.AsyncClient,
+    forge: ForgeSettings,
+    token: str | None,
+    *,
+    title: str,
+    head: str,
+    base: str,
+    body: str,
+) -> str:
+    """Open (or find the already open) pull request of `head` into `base`; its web URL."""
+    existing = await find_pull(client, forge, token, head)
+    if existing is not None:
+        return existing
+    payload = {"title": title, "head": head, "base": base, "body": body}
+    try:
+        response = await client.post(_pulls_url(forge), json=payload, headers=_headers(forge, token))
+    except httpx.TransportError as exc:
+        raise TransientError(f"opening a pull request on {forge.api_url}: {type(exc).__name__}") from None
+    if response.status_code in (409, 422):  # already exists (a race with another opener)
+        found = await find_pull(client, forge, token, head)
+        if found is not None:
+            return found
+    created = _check(response, f"opening a pull request for {head}")
+    url = created.get("html_url") if isinstance(created, dict) else None
+    if not isinstance(url, str):
+        raise PermanentError(f"opening a pull request for {head}: the forge's answer has no html_url")
+    return url

@@ -1,0 +1,127 @@
+"""A state repo, simulated Sparks and a daemon config that points the one at the other."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pygit2
+from ruamel.yaml import YAML
+
+from reconciler.cli.demo import DemoEnv, start_sim
+from reconciler.source.loadcommit import LoadedCommit
+from reconciler.spec.load import DesiredState
+from reconciler.store.journal import Store
+from tests.example import EUGR, PRODUCTION, example_policies, example_state, repo_files
+from tests.execute.conftest import fast
+from tests.gitrepo import SIGNATURE
+
+LANE_DIR = "state/lanes"
+
+
+def lane_yaml(state: DesiredState, name: str, **changes: Any) -> bytes:
+    data = state.lanes[name].model_dump(mode="json", exclude={"name"})
+    data.update(changes)
+    out = __import__("io").StringIO()
+    YAML(typ="safe").dump(data, out)
+    return out.getvalue().encode()
+
+
+def fast_files(**lane_changes: dict[str, Any]) -> dict[str, bytes]:
+    """The example state with fast readiness timeouts on the running lanes (and changes per lane)."""
+    state = fast(example_state())
+    files = repo_files()
+    for name in state.lanes:
+        files[f"{LANE_DIR}/{name}.yaml"] = lane_yaml(state, name, **lane_changes.get(name, {}))
+    return files
+
+
+class StateRepo:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.repo = pygit2.init_repository(str(path), bare=False, initial_head="main")
+
+    def commit(self, files: dict[str, bytes], message: str = "change lanes", *, parents: list[str] | None = None,
+               ref: str = "refs/heads/main") -> str:
+        index = pygit2.Index()
+        for p, data in sorted(files.items()):
+            index.add(pygit2.IndexEntry(p, self.repo.create_blob(data), pygit2.GIT_FILEMODE_BLOB))
+        tree = index.write_tree(self.repo)
+        if parents is None:
+            parents = [] if self.repo.head_is_unborn else [str(self.repo.head.target)]
+        oid = self.repo.create_commit(None, SIGNATURE, SIGNATURE, message, tree, parents)
+        self.repo.references.create(ref, oid, force=True)
+        return str(oid)
+
+    def head(self) -> str:
+        return str(self.repo.head.target)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(tmp: Path, repo: Path, env: DemoEnv, *, http_port: int, extra: str = "",
+                 resync_s: float = 300, fetch_s: float = 30) -> Path:
+    hosts = "\n".join(
+        f'[hosts.{name}]\naddress = "{t.address}"\nport = {t.port}\nuser = "{t.user}"\n'
+        for name, t in env.fleet.targets.items()
+    )
+    text = f'''[repo]
+url = "{repo}"
+branch = "main"
+mirror_dir = "{tmp / 'mirror'}"
+fetch_interval_s = {fetch_s}
+resync_interval_s = {resync_s}
+{extra}
+[ssh]
+key = "{env.fleet.client_key_path}"
+known_hosts = "{env.fleet.known_hosts_path}"
+[daemon]
+owner = "lanes-test"
+db = "{tmp / 'daemon.db'}"
+secrets_dir = "{env.workdir / 'secrets'}"
+log_level = "warning"
+[http]
+listen = "127.0.0.1:{http_port}"
+webhook_secret_file = "{tmp / 'webhook-secret'}"
+{hosts}'''
+    (tmp / "webhook-secret").write_text("s3cret-for-tests\n")
+    path = tmp / "reconciler.toml"
+    path.write_text(text)
+    return path
+
+
+async def sim_for_example(tmp: Path, salt: int) -> DemoEnv:
+    state = fast(example_state())
+    return await start_sim(LoadedCommit(state.commit, state, example_policies()), tmp / "simwork",
+                           base_address=f"127.{30 + salt % 20}.{salt % 250}.")
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> float:
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(interval)
+    return time.monotonic() - t0
+
+
+def lane_health(db: Path, lane: str) -> tuple[str | None, str | None]:
+    if not db.exists():
+        return None, None
+    store = Store(db)
+    try:
+        rec = store.lane(lane)
+        return (rec.health, rec.applied_commit) if rec else (None, None)
+    finally:
+        store.close()
+
+
+__all__ = ["EUGR", "PRODUCTION"]

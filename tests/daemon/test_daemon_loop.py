@@ -1,0 +1,184 @@
+"""The daemon in this process against simulated Sparks: watch, burst, deny, force-push, webhook, signatures."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pygit2
+import pytest
+
+from reconciler.cli.demo import DemoEnv, stop_demo
+from reconciler.daemon.config import load_config
+from reconciler.daemon.notify import Notifier
+from reconciler.daemon.service import Daemon
+from reconciler.source.notes import read_note
+from reconciler.source.webhook import sign
+from reconciler.store.journal import Store
+from tests.daemon.harness import (
+    EUGR,
+    PRODUCTION,
+    StateRepo,
+    fast_files,
+    free_port,
+    lane_health,
+    sim_for_example,
+    wait_for,
+    write_config,
+)
+from tests.source.test_signatures import signed_commit, ssh_key, ssh_sign
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+_salt = itertools.count(1)
+
+
+@dataclass
+class Running:
+    tmp: Path
+    env: DemoEnv
+    repo: StateRepo
+    daemon: Daemon
+    task: asyncio.Task[int]
+    port: int
+
+    @property
+    def db(self) -> Path:
+        return self.tmp / "daemon.db"
+
+    def commands(self) -> int:
+        return sum(len(self.env.fleet.commands_seen(h)) for h in self.env.fleet.targets)
+
+    async def converged(self, lane: str, commit: str, timeout: float = 60) -> None:
+        await wait_for(lambda: lane_health(self.db, lane) == ("healthy", commit), timeout, f"{lane} at {commit[:8]}")
+
+
+async def start(tmp: Path, *, extra: str = "", files: dict[str, bytes] | None = None) -> Running:
+    env = await sim_for_example(tmp, next(_salt))
+    repo = StateRepo(tmp / "state-repo")
+    head = repo.commit(files if files is not None else fast_files(), "initial fleet")
+    port = free_port()
+    config = load_config(write_config(tmp, repo.path, env, http_port=port, extra=extra))
+    daemon = Daemon(config, notifier=Notifier(None), install_signals=False)
+    task = asyncio.create_task(daemon.run())
+    running = Running(tmp, env, repo, daemon, task, port)
+    if not extra:
+        await running.converged(EUGR, head)
+        await running.converged(PRODUCTION, head)
+    return running
+
+
+async def stop(running: Running) -> None:
+    running.daemon.request_stop()
+    assert await asyncio.wait_for(running.task, 30) == 0
+    await stop_demo(running.env)
+
+
+@pytest.fixture
+async def running(tmp_path: Path) -> AsyncIterator[Running]:
+    r = await start(tmp_path)
+    try:
+        yield r
+    finally:
+        await stop(r)
+
+
+async def test_a_commit_reaches_the_hosts_within_a_second_through_the_local_watch(running: Running) -> None:
+    await asyncio.sleep(0.3)  # let the first cycle's watch events settle
+    before = running.commands()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    head = running.repo.commit(fast_files(**{EUGR: {"max_num_seqs": 4}}), "eugr: 4 sequences")
+    latency = await wait_for(lambda: running.commands() > before, 5, "a host command after the commit", 0.005)
+    print(f"\ncommit to first host command: {latency * 1000:.0f} ms (local watch)")
+    assert latency < 1.0
+    await running.converged(EUGR, head)
+    assert loop.time() - t0 < 30
+
+
+async def test_a_burst_of_ten_commits_is_reconciled_once_at_the_newest(running: Running) -> None:
+    await asyncio.sleep(0.3)
+    store = Store(running.db)
+    applies_before = len(store.applies(EUGR))
+    shas = [running.repo.commit(fast_files(**{EUGR: {"max_num_seqs": n}}), f"eugr: {n}") for n in range(1, 11)]
+    await running.converged(EUGR, shas[-1])
+    await asyncio.sleep(0.5)
+    assert len(store.applies(EUGR)) - applies_before == 1
+    assert [store.commit_outcome(s) is not None for s in shas] == [False] * 9 + [True]
+    store.close()
+
+
+async def test_a_denied_commit_leaves_the_previous_lanes_running(running: Running) -> None:
+    head_before = running.repo.head()
+    unpinned = fast_files(**{PRODUCTION: {"image": "aidendle94/sparkrun-sglang-dsv41-gb10:latest"}})
+    denied = running.repo.commit(unpinned, "production: follow :latest")
+    store = Store(running.db)
+    await wait_for(lambda: store.commit_outcome(denied) is not None, 10, "the verdict on the denied commit")
+    outcome = store.commit_outcome(denied)
+    assert outcome is not None and outcome["outcome"] == "denied"
+    health, applied = lane_health(running.db, PRODUCTION)
+    assert health == "denied" and applied == head_before
+    for host in ("dgx1", "dgx2", "dgx3", "dgx4"):
+        names = [n for n, c in running.env.fleet.runtime(host).containers.items() if c.status == "running"]
+        assert names == [f"lanes-{PRODUCTION}-r{int(host[-1]) - 1}"]
+    note = read_note(running.daemon.mirror.repo, denied)
+    assert note is not None and "denied" in note and "image-digest" in note
+    store.close()
+
+
+async def test_a_force_pushed_branch_is_followed(running: Running) -> None:
+    base = running.repo.head()
+    moved = running.repo.commit(fast_files(**{EUGR: {"max_num_seqs": 2}}), "eugr: 2")
+    await running.converged(EUGR, moved)
+    rewritten = running.repo.commit(fast_files(**{EUGR: {"max_num_seqs": 3}}), "eugr: 3 (rewritten)",
+                                    parents=[base])
+    await running.converged(EUGR, rewritten)
+    assert moved not in {str(c.id) for c in running.daemon.mirror.repo.walk(pygit2.Oid(hex=rewritten))}
+
+
+async def test_the_webhook_accepts_a_good_signature_and_refuses_a_bad_one(running: Running) -> None:
+    body = b'{"ref": "refs/heads/main", "after": "' + running.repo.head().encode() + b'", "repository": {}}'
+    url = f"http://127.0.0.1:{running.port}/webhook"
+    async with httpx.AsyncClient() as client:
+        good = await client.post(url, content=body, headers={
+            "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + sign(body, b"s3cret-for-tests")})
+        bad = await client.post(url, content=body, headers={
+            "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + sign(body, b"wrong")})
+        gitea = await client.post(url, content=body, headers={
+            "X-Gitea-Event": "push", "X-Gitea-Signature": sign(body, b"s3cret-for-tests")})
+        status = await client.get(f"http://127.0.0.1:{running.port}/status")
+        metrics = await client.get(f"http://127.0.0.1:{running.port}/metrics")
+        health = await client.get(f"http://127.0.0.1:{running.port}/healthz")
+    assert good.status_code == 202 and "fetch" in good.text
+    assert bad.status_code == 401
+    assert gitea.status_code == 202
+    assert health.status_code == 200
+    lanes = {row["name"]: row["health"] for row in status.json()["lanes"]}
+    assert lanes[PRODUCTION] == "healthy" and lanes[EUGR] == "healthy"
+    assert "lanes_" in metrics.text
+
+
+async def test_signed_heads_apply_and_unsigned_heads_are_refused(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    alice = ssh_key(keys, "alice")
+    allowed = keys / "allowed_signers"
+    allowed.write_text(f'alice@example.org namespaces="git" {" ".join(Path(f"{alice}.pub").read_text().split()[:2])}\n')
+    extra = f'require_signed_commits = "ssh"\nallowed_signers = "{allowed}"'
+    r = await start(tmp_path, extra=extra)
+    try:
+        unsigned = r.repo.head()
+        store = Store(r.db)
+        await wait_for(lambda: store.commit_outcome(unsigned) is not None, 20, "the verdict on the unsigned head")
+        assert store.commit_outcome(unsigned)["outcome"] == "refused"  # type: ignore[index]
+        assert not any(c for h in r.env.fleet.targets for c in r.env.fleet.runtime(h).containers.values())
+        signed = signed_commit(r.repo.repo, lambda payload: ssh_sign(alice, payload), "signed fleet\n")
+        await r.converged(EUGR, signed)
+        await wait_for(lambda: store.commit_outcome(signed) is not None, 10, "the verdict on the signed head")
+        assert store.commit_outcome(signed)["outcome"] == "applied"  # type: ignore[index]
+        store.close()
+    finally:
+        await stop(r)
