@@ -72,10 +72,10 @@ async def one_run(load_s: float, poll_s: float, salt: int) -> dict[str, float]:
             skew = 0.0
             for lp in deploys:  # the runtime's own StartedAt of each rank, read back with docker inspect
                 starts = []
-                for host, spec in lp.specs:
-                    t = env.fleet.targets[host]
+                for rank_host, spec in lp.specs:
+                    where = env.fleet.targets[rank_host]
                     out = await env.transport.run(
-                        HostTarget(host, t.address, t.port, t.user), ["docker", "inspect", spec.name]
+                        HostTarget(rank_host, where.address, where.port, where.user), ["docker", "inspect", spec.name]
                     )
                     started = json.loads(out.stdout)[0]["State"]["StartedAt"]
                     starts.append(datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp())

@@ -17,7 +17,7 @@ def commit_files(repo: pygit2.Repository, files: Mapping[str, bytes], message: s
     index = pygit2.Index()
     for path, data in sorted(files.items()):
         blob = repo.create_blob(data)
-        index.add(pygit2.IndexEntry(path, blob, pygit2.GIT_FILEMODE_BLOB))
+        index.add(pygit2.IndexEntry(path, blob, pygit2.enums.FileMode.BLOB))
     tree = index.write_tree(repo)
     parents = [] if repo.head_is_unborn else [repo.head.target]
     oid = repo.create_commit("HEAD", SIGNATURE, SIGNATURE, message, tree, parents)

@@ -106,8 +106,8 @@ async def _size(
             target = pp + depth
             guess = fit.words_for(target)
             got = 0
-            for attempt in range(SIZING_ROUNDS):
-                prompt = prompts.build(profile.seed, f"size:{pp}:{depth}:{attempt}", guess, pp, depth)
+            for _ in range(SIZING_ROUNDS):
+                prompt = prompts.build(profile.seed, f"size:{pp}:{depth}", guess, pp, depth)
                 got = await client.count_prompt_tokens(prompt)
                 if abs(got - target) <= max(1.0, SIZE_TOLERANCE * target):
                     break

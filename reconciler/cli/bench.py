@@ -118,7 +118,7 @@ def bench_cmd(
         str | None, typer.Option("--url", help="endpoint root (default: http://<head host address>:<lane port>)")
     ] = None,
     baseline: Annotated[Path | None, typer.Option("--baseline", help="earlier evidence JSON to compare with")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="write the evidence JSON here (and the chart as .svg)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="write the evidence JSON here, the chart beside it")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the evidence JSON instead of a table")] = False,
 ) -> None:
     """Benchmark a lane (pp, tg, TTFT, ITL); exit 1 on a throughput regression against --baseline."""
@@ -154,5 +154,5 @@ def bench_cmd(
         console = Console()
         render_table(ev, console)
         if out is not None:
-            console.print(f"evidence: {out}  chart: {out.with_suffix('.svg')}", highlight=False)
+            console.print(f"evidence: {out}  chart: {out.with_suffix('.svg')}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_DENY if ev["regression"] else EXIT_OK)

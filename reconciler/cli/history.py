@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from reconciler.cli.common import handle_errors
+from reconciler.cli.common import err_console, handle_errors
 from reconciler.source.gitread import open_repo
 from reconciler.source.history import LaneChange, change_to_json, history, show_value
 from reconciler.source.notes import parse_note
@@ -42,26 +42,29 @@ LimitOpt = Annotated[int, typer.Option("--limit", min=1, help="at most this many
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 
 
-def read_applies(db: Path | None) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Rows of the journal's `applies` table by (lane, commit), oldest first; empty without a journal.
+Applies = dict[tuple[str, str], list[dict[str, Any]]]
+
+
+def read_applies(db: Path) -> tuple[Applies, str | None]:
+    """Rows of the journal's `applies` table by (lane, commit), oldest first, and why there are none.
 
     Opened read-only: looking at history must never create or migrate the daemon's database.
     """
-    if db is None or not db.is_file():
-        return {}
+    if not db.is_file():
+        return {}, f"no journal at {db}"
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error:
-        return {}
+    except sqlite3.Error as exc:
+        return {}, f"cannot open the journal {db}: {exc}"
     conn.row_factory = sqlite3.Row
     try:
         columns = 'run, lane, "commit", fingerprint, result, error, started, finished, timings'
         rows = conn.execute(f"select {columns} from applies order by id").fetchall()  # noqa: S608 - constant
-    except sqlite3.Error:
-        return {}
+    except sqlite3.Error as exc:
+        return {}, f"cannot read the journal {db}: {exc}"
     finally:
         conn.close()
-    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    out: Applies = {}
     for row in rows:
         entry = dict(row)
         try:
@@ -69,7 +72,7 @@ def read_applies(db: Path | None) -> dict[tuple[str, str], list[dict[str, Any]]]
         except ValueError:
             entry["timings"] = {}
         out.setdefault((entry["lane"], entry["commit"]), []).append(entry)
-    return out
+    return out, None
 
 
 def _note_verdicts(change: LaneChange) -> list[dict[str, Any]]:
@@ -82,7 +85,7 @@ def _note_verdicts(change: LaneChange) -> list[dict[str, Any]]:
     return out
 
 
-def entry_json(change: LaneChange, applies: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
+def entry_json(change: LaneChange, applies: Applies) -> dict[str, Any]:
     data = change_to_json(change)
     data["applies"] = applies.get((change.lane, change.commit), [])
     data["verdicts"] = _note_verdicts(change)
@@ -158,16 +161,17 @@ def print_history(lanes: dict[str, list[dict[str, Any]]], console: Console) -> N
     if not lanes:
         console.print("no lane changes found")
     for name, entries in lanes.items():
-        table = Table(title=f"[bold]{name}[/]", title_justify="left", show_lines=True, expand=False)
-        table.add_column("commit", no_wrap=True)
-        table.add_column("when (UTC)", no_wrap=True)
-        table.add_column("author")
-        table.add_column("change", overflow="fold", min_width=56)
-        table.add_column("daemon")
-        table.add_column("evidence")
+        table = Table(title=f"[bold]{name}[/]", title_justify="left", show_lines=True, expand=True)
+        # Ratios share the width: the change and what the daemon did are what a reader came for.
+        table.add_column("commit", ratio=2, overflow="fold")
+        table.add_column("when (UTC)", ratio=2)
+        table.add_column("author", ratio=2)
+        table.add_column("change", ratio=6, overflow="fold")
+        table.add_column("daemon", ratio=4, overflow="fold")
+        table.add_column("evidence", ratio=2, overflow="fold")
         for entry in entries:
             table.add_row(
-                f"{entry['commit'][:12]}\n[dim]{escape(entry['subject'][:40])}[/]",
+                f"{entry['commit'][:12]}\n[dim]{escape(entry['subject'][:48])}[/]",
                 _when(entry["time"]),
                 escape(entry["author"]),
                 _changes(entry),
@@ -192,7 +196,10 @@ def history_cmd(
     changes = history(repository, {lane} if lane else None, rev=rev, state_dir=state_dir, limit=limit)
     if lane and lane not in changes:
         changes[lane] = []
-    applies = read_applies(db if db is not None else DEFAULT_DB)
+    applies, problem = read_applies(db if db is not None else DEFAULT_DB)
+    if problem and (db is not None or DEFAULT_DB.exists()):
+        # Said on stderr so `--json` stays one object; the notes in git still say what the daemon did.
+        err_console.print(f"[yellow]warning:[/] {escape(problem)}; showing git history and notes only", highlight=False)
     lanes = {name: [entry_json(c, applies) for c in changes[name]] for name in sorted(changes)}
     if as_json:
         print(json.dumps({"lanes": lanes}, indent=2, default=str))

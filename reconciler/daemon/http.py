@@ -119,7 +119,8 @@ class HttpServer:
         self._webhook = webhook
         self.limits = limits or Limits()
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._conns: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
+        self._closing = False
 
     @property
     def port(self) -> int:
@@ -138,47 +139,72 @@ class HttpServer:
         )
         log.info("http.listening", url=self.url, loopback=is_loopback(self.host))
 
-    async def close(self) -> None:
+    async def close(self, grace_s: float = 1.0) -> None:
+        """Stop listening, drop open connections; a handler still running after `grace_s` is cancelled."""
         server, self._server = self._server, None
         if server is None:
             return
+        self._closing = True
         server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in self._conns.values():
+            writer.transport.abort()
+        if self._conns:
+            _, pending = await asyncio.wait(set(self._conns), timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         await server.wait_closed()
+        self._closing = False
 
     # -- one connection, one request -------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
+        assert task is not None
+        self._conns[task] = writer
         try:
-            if len(self._tasks) > self.limits.max_connections:
-                await self._send(writer, _text(503, "too many connections"), head_only=False)
-                return
-            await self._one_request(reader, writer)
+            await self._one_request(reader, writer, refuse=len(self._conns) > self.limits.max_connections)
+            await self._linger(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # Only close() cancels us; ending normally keeps asyncio from logging the server's task as failed.
+            if not self._closing:
+                raise
+        except Exception as exc:
+            log.exception("http.connection_failed", error=str(exc))
         finally:
-            if task is not None:
-                self._tasks.discard(task)
+            self._conns.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, refuse: bool) -> None:
         method = ""
         try:
             request = await self._read_request(reader)
             method = request.method
+            if refuse:
+                raise _HttpError(503, "too many connections")
             response = await self._route(request)
         except _HttpError as exc:
             response = Response(exc.status, (exc.text.rstrip("\n") + "\n").encode(), headers=exc.headers)
         log.debug("http.request", method=method, status=response.status)
         await self._send(writer, response, head_only=method == "HEAD")
+
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Half-close, then read and drop what the client still sends (an unread body refused with 413),
+        so closing does not turn into a TCP reset that destroys the response before the client reads it."""
+        if writer.can_write_eof():
+            writer.write_eof()
+        dropped = 0
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                while dropped <= 2 * self.limits.max_body:
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        break
+                    dropped += len(chunk)
 
     async def _read_request(self, reader: asyncio.StreamReader) -> Request:
         try:

@@ -75,8 +75,15 @@ class Daemon:
         self.reconciler = Reconciler(
             self.transport, self.store, SecretStore(cfg.daemon.secrets_dir), cfg.cycle_settings()
         )
+        # libgit2 cannot push to a local repository with a work tree; the git command can (notes only).
+        local_worktree = cfg.repo.is_local and (Path(cfg.repo.url) / ".git").exists()
         self.mirror = Mirror(
-            cfg.repo.url, cfg.repo.mirror_dir, cfg.repo.branch, ssh_key=cfg.ssh.key, known_hosts=cfg.ssh.known_hosts
+            cfg.repo.url,
+            cfg.repo.mirror_dir,
+            cfg.repo.branch,
+            ssh_key=cfg.ssh.key,
+            known_hosts=cfg.ssh.known_hosts,
+            transport="git" if local_worktree else "auto",
         )
         self.decider = CommitDecider(cfg, self.store, self.reconciler, self.mirror, self.metrics)
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import socket
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +18,6 @@ from ruamel.yaml import YAML
 from reconciler.cli.demo import DemoEnv, start_sim
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
-from reconciler.store.journal import Store
 from tests.example import EUGR, PRODUCTION, example_policies, example_state, repo_files
 from tests.execute.conftest import fast
 from tests.gitrepo import SIGNATURE
@@ -26,9 +28,9 @@ LANE_DIR = "state/lanes"
 def lane_yaml(state: DesiredState, name: str, **changes: Any) -> bytes:
     data = state.lanes[name].model_dump(mode="json", exclude={"name"})
     data.update(changes)
-    out = __import__("io").StringIO()
+    out = io.StringIO()
     YAML(typ="safe").dump(data, out)
-    return out.getvalue().encode()
+    return out.getvalue().encode("utf-8")
 
 
 def fast_files(**lane_changes: dict[str, Any]) -> dict[str, bytes]:
@@ -45,11 +47,17 @@ class StateRepo:
         self.path = path
         self.repo = pygit2.init_repository(str(path), bare=False, initial_head="main")
 
-    def commit(self, files: dict[str, bytes], message: str = "change lanes", *, parents: list[str] | None = None,
-               ref: str = "refs/heads/main") -> str:
+    def commit(
+        self,
+        files: dict[str, bytes],
+        message: str = "change lanes",
+        *,
+        parents: list[str] | None = None,
+        ref: str = "refs/heads/main",
+    ) -> str:
         index = pygit2.Index()
         for p, data in sorted(files.items()):
-            index.add(pygit2.IndexEntry(p, self.repo.create_blob(data), pygit2.GIT_FILEMODE_BLOB))
+            index.add(pygit2.IndexEntry(p, self.repo.create_blob(data), pygit2.enums.FileMode.BLOB))
         tree = index.write_tree(self.repo)
         if parents is None:
             parents = [] if self.repo.head_is_unborn else [str(self.repo.head.target)]
@@ -67,8 +75,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_config(tmp: Path, repo: Path, env: DemoEnv, *, http_port: int, extra: str = "",
-                 resync_s: float = 300, fetch_s: float = 30) -> Path:
+def write_config(
+    tmp: Path, repo: Path, env: DemoEnv, *, http_port: int, extra: str = "", resync_s: float = 300, fetch_s: float = 30
+) -> Path:
     hosts = "\n".join(
         f'[hosts.{name}]\naddress = "{t.address}"\nport = {t.port}\nuser = "{t.user}"\n'
         for name, t in env.fleet.targets.items()
@@ -76,7 +85,7 @@ def write_config(tmp: Path, repo: Path, env: DemoEnv, *, http_port: int, extra: 
     text = f'''[repo]
 url = "{repo}"
 branch = "main"
-mirror_dir = "{tmp / 'mirror'}"
+mirror_dir = "{tmp / "mirror"}"
 fetch_interval_s = {fetch_s}
 resync_interval_s = {resync_s}
 {extra}
@@ -85,12 +94,12 @@ key = "{env.fleet.client_key_path}"
 known_hosts = "{env.fleet.known_hosts_path}"
 [daemon]
 owner = "lanes-test"
-db = "{tmp / 'daemon.db'}"
-secrets_dir = "{env.workdir / 'secrets'}"
+db = "{tmp / "daemon.db"}"
+secrets_dir = "{env.workdir / "secrets"}"
 log_level = "warning"
 [http]
 listen = "127.0.0.1:{http_port}"
-webhook_secret_file = "{tmp / 'webhook-secret'}"
+webhook_secret_file = "{tmp / "webhook-secret"}"
 {hosts}'''
     (tmp / "webhook-secret").write_text("s3cret-for-tests\n")
     path = tmp / "reconciler.toml"
@@ -100,8 +109,11 @@ webhook_secret_file = "{tmp / 'webhook-secret'}"
 
 async def sim_for_example(tmp: Path, salt: int) -> DemoEnv:
     state = fast(example_state())
-    return await start_sim(LoadedCommit(state.commit, state, example_policies()), tmp / "simwork",
-                           base_address=f"127.{30 + salt % 20}.{salt % 250}.")
+    return await start_sim(
+        LoadedCommit(state.commit, state, example_policies()),
+        tmp / "simwork",
+        base_address=f"127.{30 + salt % 20}.{salt % 250}.",
+    )
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> float:
@@ -114,14 +126,15 @@ async def wait_for(predicate: Callable[[], bool], timeout: float, what: str, int
 
 
 def lane_health(db: Path, lane: str) -> tuple[str | None, str | None]:
+    """Read the daemon's lane record without writing to its database (read-only connection)."""
     if not db.exists():
         return None, None
-    store = Store(db)
     try:
-        rec = store.lane(lane)
-        return (rec.health, rec.applied_commit) if rec else (None, None)
-    finally:
-        store.close()
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+            row = conn.execute("select health, applied_commit from lanes where name = ?", (lane,)).fetchone()
+    except sqlite3.OperationalError:
+        return None, None
+    return (row[0], row[1]) if row else (None, None)
 
 
 __all__ = ["EUGR", "PRODUCTION"]

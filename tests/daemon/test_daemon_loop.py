@@ -133,8 +133,7 @@ async def test_a_force_pushed_branch_is_followed(running: Running) -> None:
     base = running.repo.head()
     moved = running.repo.commit(fast_files(**{EUGR: {"max_num_seqs": 2}}), "eugr: 2")
     await running.converged(EUGR, moved)
-    rewritten = running.repo.commit(fast_files(**{EUGR: {"max_num_seqs": 3}}), "eugr: 3 (rewritten)",
-                                    parents=[base])
+    rewritten = running.repo.commit(fast_files(**{EUGR: {"max_num_seqs": 3}}), "eugr: 3 (rewritten)", parents=[base])
     await running.converged(EUGR, rewritten)
     assert moved not in {str(c.id) for c in running.daemon.mirror.repo.walk(pygit2.Oid(hex=rewritten))}
 
@@ -143,12 +142,19 @@ async def test_the_webhook_accepts_a_good_signature_and_refuses_a_bad_one(runnin
     body = b'{"ref": "refs/heads/main", "after": "' + running.repo.head().encode() + b'", "repository": {}}'
     url = f"http://127.0.0.1:{running.port}/webhook"
     async with httpx.AsyncClient() as client:
-        good = await client.post(url, content=body, headers={
-            "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + sign(body, b"s3cret-for-tests")})
-        bad = await client.post(url, content=body, headers={
-            "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + sign(body, b"wrong")})
-        gitea = await client.post(url, content=body, headers={
-            "X-Gitea-Event": "push", "X-Gitea-Signature": sign(body, b"s3cret-for-tests")})
+        good = await client.post(
+            url,
+            content=body,
+            headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + sign(body, b"s3cret-for-tests")},
+        )
+        bad = await client.post(
+            url,
+            content=body,
+            headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + sign(body, b"wrong")},
+        )
+        gitea = await client.post(
+            url, content=body, headers={"X-Gitea-Event": "push", "X-Gitea-Signature": sign(body, b"s3cret-for-tests")}
+        )
         status = await client.get(f"http://127.0.0.1:{running.port}/status")
         metrics = await client.get(f"http://127.0.0.1:{running.port}/metrics")
         health = await client.get(f"http://127.0.0.1:{running.port}/healthz")
@@ -166,7 +172,8 @@ async def test_signed_heads_apply_and_unsigned_heads_are_refused(tmp_path: Path)
     keys.mkdir()
     alice = ssh_key(keys, "alice")
     allowed = keys / "allowed_signers"
-    allowed.write_text(f'alice@example.org namespaces="git" {" ".join(Path(f"{alice}.pub").read_text().split()[:2])}\n')
+    public = " ".join(Path(f"{alice}.pub").read_text().split()[:2])  # noqa: ASYNC240 - test set-up
+    allowed.write_text(f'alice@example.org namespaces="git" {public}\n')
     extra = f'require_signed_commits = "ssh"\nallowed_signers = "{allowed}"'
     r = await start(tmp_path, extra=extra)
     try:

@@ -232,7 +232,7 @@ class Rig:
                            netns=f"{self.rig_id}-{index}", veth=f"{LINK_PREFIX}{self.tag}h{index}",
                            folder=self.folder / "hosts" / name)
             self.hosts[name] = host
-            for sub in ("storage", "run", "tmp"):
+            for sub in ("storage", "run", "tmp", "home"):
                 (host.folder / sub).mkdir(parents=True)
             sh(["ip", "netns", "add", host.netns])
             sh(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns])
@@ -257,7 +257,9 @@ class Rig:
             "MaxStartups 100:30:200",
             "MaxSessions 100",
             "LogLevel VERBOSE",
-            f"SetEnv RIG_HOST={host.name} PATH={path}",
+            # Each host has a home of its own, as each Spark does (and this machine's root ~/.bashrc,
+            # which bash reads for every ssh command, stays out of the hosts).
+            f"SetEnv RIG_HOST={host.name} PATH={path} HOME={host.folder / 'home'}",
             "",
         ])
 

@@ -197,7 +197,7 @@ def test_history_json_joins_the_journal_and_notes(fleet: Fleet, tmp_path: Path) 
     )
     result = runner.invoke(cli(), ["history", "--repo", str(fleet.path), "--db", str(db), "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert set(data["lanes"]) == {PRODUCTION, GLM, EUGR, MINIMAX}
     prod = data["lanes"][PRODUCTION]
     assert [e["commit"] for e in prod] == [fleet.model, fleet.merge, fleet.bump, fleet.initial]
@@ -209,7 +209,7 @@ def test_history_json_joins_the_journal_and_notes(fleet: Fleet, tmp_path: Path) 
     assert glm["verdicts"] == [{"lane": GLM, "result": "denied", "rule": "memory-budget", "error": "x"}]
 
     one = runner.invoke(cli(), ["history", GLM, "--repo", str(fleet.path), "--db", str(db), "--json"])
-    assert list(json.loads(one.output)["lanes"]) == [GLM]
+    assert list(json.loads(one.stdout)["lanes"]) == [GLM]
 
 
 def test_history_table_and_a_missing_journal(fleet: Fleet, tmp_path: Path) -> None:
@@ -231,6 +231,7 @@ def test_history_table_and_a_missing_journal(fleet: Fleet, tmp_path: Path) -> No
         cli(), ["history", GLM, "--repo", str(fleet.path), "--db", str(missing)], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0 and "no record" in result.output
+    assert f"no journal at {missing}" in result.output
     assert not missing.exists()
 
 

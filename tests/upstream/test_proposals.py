@@ -1,0 +1,307 @@
+"""Proposal branches end to end: a release appears -> a commit on a branch in a bare "forge" repo -> a pull request."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pygit2
+import pytest
+
+from reconciler.spec.upstream import GitHubReleases
+from reconciler.upstream import gitbranch
+from reconciler.upstream.base import PollSettings
+from reconciler.upstream.forge import ForgeSettings
+from reconciler.upstream.poll import poll_source
+from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, propose_all
+from reconciler.upstream.store import UpstreamStore
+from tests.example import PRODUCTION, repo_files
+from tests.upstream.conftest import VirtualClock
+from tests.upstream.fixtures import local_upstreams, make_state_repo
+from tests.upstream.servers import App, FakeForge, FakeGitHub, FakeRegistry, LocalServer
+
+pytestmark = pytest.mark.timeout(60)
+
+SGLANG = "sgl-project/sglang"
+LANE_FILE = f"state/lanes/{PRODUCTION}.yaml"
+BRANCH = f"lanes/proposals/{PRODUCTION}/0.5.22"
+FORGE_TOKEN = "forge-token-5c1e77a0b9"
+OLD_IMAGE = "aidendle94/sparkrun-sglang-dsv41-gb10@sha256:f617afd81c627859d7b5900bdaf7c03f2a8bccbf8bf3c27b518a1b79ab3dea33"
+DENY_ENTRY = b"""  - id: test-sglang-0522-deny
+    engine: sglang
+    versions: ">=0.5.22"
+    when:
+      args_include: [--trust-remote-code]
+    severity: deny
+    summary: a test entry that denies the proposed release
+    action: wait for the next release
+    ref: sgl-project/sglang#0
+"""
+
+
+@dataclass
+class World:
+    tmp: Path
+    gh: FakeGitHub
+    registry: FakeRegistry
+    reg: LocalServer
+    forge: FakeForge
+    state: pygit2.Repository
+    bare: pygit2.Repository
+    store: UpstreamStore
+    settings: ProposalSettings
+    clock: VirtualClock
+
+    @property
+    def source(self) -> GitHubReleases:
+        return GitHubReleases(kind="github-releases", name="sglang-releases", repo=SGLANG,
+                              api_url=self.settings.forge.api_url if False else self.github_url)  # type: ignore[union-attr]  # fmt: skip
+
+    github_url: str = ""
+
+    async def release(self, tag: str, published: str) -> None:
+        self.gh.add(SGLANG, tag, published)
+        self.registry.add("lmsysorg/sglang", f"{tag}-cu130")
+        result = await poll_source(self.source, self.store, self.settings.poll, clock=self.clock.clock())
+        assert result.status in ("new", "unchanged"), result
+
+    async def propose(self, **changes: Any) -> list[ProposalOutcome]:
+        settings = self.settings.model_copy(update=changes) if changes else self.settings
+        return await propose_all(self.state, self.store, settings, clock=self.clock.clock())
+
+    def image(self, tag: str) -> str:
+        return f"{self.reg.host}/lmsysorg/sglang@{self.registry.digest('lmsysorg/sglang', f'{tag}-cu130')}"
+
+
+def track_block(registry: str, max_open: int = 1) -> bytes:
+    return f"""# Follow SGLang releases: each new one becomes a proposal branch (tests).
+track:
+  source: sglang-releases
+  image: "{registry}/lmsysorg/sglang:{{tag}}-cu130"
+  versions: ">=0.5.21"
+  max_open: {max_open}
+""".encode()
+
+
+async def build_world(
+    tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock, *, kind: str = "github",
+    deny: bool = False,
+) -> World:  # fmt: skip
+    gh = FakeGitHub((SGLANG,))
+    gh.add(SGLANG, "v0.5.21", "2026-09-10T08:00:00Z")
+    github = serve(gh)
+    registry = FakeRegistry({"lmsysorg/sglang": ["v0.5.21-cu130"]})
+    reg = serve(registry)
+    forge = FakeForge(kind, "team/state", FORGE_TOKEN)
+    forge_server = serve(forge)
+    files = repo_files()
+    files["state/upstreams.yaml"] = local_upstreams(github.url, reg.host, "/nonexistent/vllm.git", "/nonexistent/f.git")
+    files[LANE_FILE] = files[LANE_FILE] + track_block(reg.host)
+    if deny:
+        files["policies/known-issues.yaml"] += DENY_ENTRY
+    state = make_state_repo(tmp_path / "state", files)
+    bare = pygit2.init_repository(str(tmp_path / "forge.git"), bare=True, initial_head="main")
+    state.remotes.create("origin", bare.path)
+    state.remotes["origin"].push(["refs/heads/main:refs/heads/main"])
+    creds = tmp_path / "credentials"
+    creds.mkdir()
+    (creds / "forge-token").write_text(FORGE_TOKEN + "\n")
+    poll = PollSettings(data_dir=tmp_path / "upstream", credentials_dir=creds)
+    api_url = forge_server.url
+    settings = ProposalSettings(
+        forge=ForgeSettings(kind=kind, api_url=api_url, repo="team/state", token_credential="forge-token"),  # type: ignore[arg-type]
+        poll=poll,
+    )
+    store = UpstreamStore(tmp_path / "lanes.db")
+    world = World(tmp_path, gh, registry, reg, forge, state, bare, store, settings, vclock, github_url=github.url)
+    await world.release("v0.5.21", "2026-09-10T08:00:00Z")
+    return world
+
+
+@pytest.fixture
+async def world(tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock) -> AsyncIterator[World]:
+    w = await build_world(tmp_path, serve, vclock)
+    yield w
+    w.store.close()
+
+
+def blob_text(repo: pygit2.Repository, commit: pygit2.Commit, path: str) -> str:
+    blob = repo[commit.tree[path].id]
+    assert isinstance(blob, pygit2.Blob)
+    return blob.data.decode()
+
+
+def changed_lines(old: str, new: str) -> list[str]:
+    diff = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+    return [line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+async def test_a_new_release_becomes_a_proposal_branch_commit_and_pull_request(world: World) -> None:
+    assert [(o.lane, o.action) for o in await world.propose()] == [(PRODUCTION, "none")]  # v0.5.21 predates the build
+    await world.release("v0.5.22", "2026-10-19T08:00:00Z")
+    (outcome,) = await world.propose()
+    assert (outcome.action, outcome.version, outcome.branch, outcome.denied) == ("opened", "0.5.22", BRANCH, False)
+    image = world.image("v0.5.22")
+    assert outcome.image == image
+
+    # The branch and its one commit exist in the bare "forge" repo, on top of main.
+    commit = world.bare[world.bare.references[f"refs/heads/{BRANCH}"].target]
+    assert isinstance(commit, pygit2.Commit) and str(commit.id) == outcome.commit
+    main = world.bare[world.bare.references["refs/heads/main"].target]
+    assert isinstance(main, pygit2.Commit)
+    assert commit.parent_ids == [main.id]
+    assert (commit.author.name, commit.author.email) == ("lanes", "lanes@localhost")
+    message = commit.message
+    assert message.splitlines()[0] == f"{PRODUCTION}: sglang 0.5.22 (v0.5.22)"
+    assert f"Upstream release v0.5.22 of {SGLANG}, published 2026-10-19, from source sglang-releases." in message
+    assert "Release notes: https://github.com/sgl-project/sglang/releases/tag/v0.5.22" in message
+    assert message.rstrip("\n").split("\n\n")[-1].splitlines() == [
+        f"Lane: {PRODUCTION}", "Upstream: sglang-releases v0.5.22", f"Image: {image}"
+    ]
+    assert gitbranch.trailers(message) == {"Lane": PRODUCTION, "Upstream": "sglang-releases v0.5.22", "Image": image}
+
+    # The YAML diff is the two lines, comments and everything else untouched.
+    diff = world.bare.diff(main, commit)
+    assert (diff.stats.files_changed, diff.stats.insertions, diff.stats.deletions) == (1, 2, 2)
+    old, new = blob_text(world.bare, main, LANE_FILE), blob_text(world.bare, commit, LANE_FILE)
+    lines = changed_lines(old, new)
+    assert lines[0] == "-engine_version: 0.0.0.dev1+gda64c5cbb       # sglang main at gda64c5cbb, torch 2.13+cu130"
+    assert lines[1].startswith("+engine_version: 0.5.22 ") and lines[1].endswith("# sglang main at gda64c5cbb, torch 2.13+cu130")
+    assert lines[2:] == [f"-image: {OLD_IMAGE}", f"+image: {image}"]
+
+    # The pull request the forge received.
+    (post,) = world.forge.posts
+    assert post.path == "/repos/team/state/pulls"
+    assert post.headers["authorization"] == f"Bearer {FORGE_TOKEN}"
+    body = post.json()
+    assert body == {
+        "title": f"{PRODUCTION}: sglang 0.5.22 (v0.5.22)",
+        "head": BRANCH,
+        "base": "main",
+        "body": (
+            f"Upstream release **v0.5.22** of `{SGLANG}` (published 2026-10-19) qualifies for lane `{PRODUCTION}`'s track.\n"
+            "Release notes: https://github.com/sgl-project/sglang/releases/tag/v0.5.22\n"
+            "\n"
+            f"| `{LANE_FILE}` | before | after |\n"
+            "|---|---|---|\n"
+            "| engine_version | `0.0.0.dev1+gda64c5cbb` | `0.5.22` |\n"
+            f"| image | `{OLD_IMAGE}` | `{image}` |\n"
+            "\n"
+            f"Policy: `lanes check` passes at `{outcome.commit[:12]}`.\n"
+            "\n"
+            f"Opened by lanes from branch `{BRANCH}` onto `main`.\n"
+        ),
+    }
+    assert outcome.pr_url == "https://forge.example/team/state/pulls/1"
+    record = world.store.proposal(PRODUCTION, "0.5.22")
+    assert record is not None and record.state == "open" and record.pr_url == outcome.pr_url
+    assert record.upstream == "sglang-releases v0.5.22" and record.image == image and not record.denied
+
+    # A second run neither pushes nor opens anything again.
+    refs = sorted(world.bare.references)
+    (again,) = await world.propose()
+    assert again.action == "exists" and again.commit == outcome.commit
+    assert len(world.forge.posts) == 1 and sorted(world.bare.references) == refs
+
+
+async def test_at_most_max_open_per_lane_and_a_merged_proposal_frees_its_slot(world: World) -> None:
+    await world.release("v0.5.22", "2026-10-19T08:00:00Z")
+    (first,) = await world.propose()
+    assert first.action == "opened"
+    await world.release("v0.5.23", "2026-10-26T08:00:00Z")
+    (limited,) = await world.propose()
+    assert limited.action == "limited" and limited.version == "0.5.23"
+    assert f"refs/heads/lanes/proposals/{PRODUCTION}/0.5.23" not in list(world.bare.references)
+    # Someone merges the proposal on the forge (main fast-forwards to it): the slot is free again.
+    assert first.commit is not None
+    world.bare.references["refs/heads/main"].set_target(pygit2.Oid(hex=first.commit))
+    (second,) = await world.propose()
+    assert second.action == "opened" and second.version == "0.5.23"
+    stored = world.store.proposal(PRODUCTION, "0.5.22")
+    assert stored is not None and stored.state == "merged"
+    commit = world.bare[world.bare.references[f"refs/heads/{second.branch}"].target]
+    assert isinstance(commit, pygit2.Commit) and str(commit.parent_ids[0]) == first.commit
+    assert [p.json()["head"] for p in world.forge.posts] == [BRANCH, second.branch]
+
+
+async def test_a_denied_proposal_is_still_opened_and_marked(
+    tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock
+) -> None:
+    world = await build_world(tmp_path, serve, vclock, deny=True)
+    try:
+        await world.release("v0.5.22", "2026-10-19T08:00:00Z")
+        (outcome,) = await world.propose()
+        assert outcome.action == "opened" and outcome.denied
+        assert any("known-issues" in d and "test entry that denies" in d for d in outcome.denial)
+        assert f"refs/heads/{BRANCH}" in list(world.bare.references)
+        body = world.forge.posts[0].json()
+        assert body["title"] == f"[denied] {PRODUCTION}: sglang 0.5.22 (v0.5.22)"
+        assert body["body"].startswith(f"> **Denied by policy** at `{outcome.commit[:12] if outcome.commit else ''}`")
+        assert "test entry that denies" in body["body"] and "passes" not in body["body"]
+        record = world.store.proposal(PRODUCTION, "0.5.22")
+        assert record is not None and record.denied and record.denial == outcome.denial
+    finally:
+        world.store.close()
+
+
+async def test_a_second_proposer_adopts_the_branch_on_the_remote_instead_of_duplicating_it(world: World) -> None:
+    await world.release("v0.5.22", "2026-10-19T08:00:00Z")
+    (mine,) = await world.propose()
+    other = pygit2.clone_repository(world.bare.path, str(world.tmp / "other-clone"))
+    with UpstreamStore(world.tmp / "other.db") as other_store:
+        await poll_source(world.source, other_store, world.settings.poll, clock=world.clock.clock())
+        (theirs,) = await propose_all(other, other_store, world.settings, clock=world.clock.clock())
+    assert theirs.action == "adopted" and theirs.commit == mine.commit and theirs.pr_url == mine.pr_url
+    assert len(world.forge.posts) == 1
+
+
+async def test_a_rejected_push_is_fetched_and_the_same_proposal_adopted(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.release("v0.5.22", "2026-10-19T08:00:00Z")
+    (mine,) = await world.propose()
+    # A second proposer that fetched before the first one pushed: its push of a commit of its own is rejected.
+    other = pygit2.clone_repository(world.bare.path, str(world.tmp / "late-clone"))
+    other.references.delete(f"refs/remotes/origin/{BRANCH}")
+    real_fetch = gitbranch.fetch
+    calls: list[str] = []
+
+    def stale_first_fetch(repo: pygit2.Repository, remote: str, creds: Any = None) -> None:
+        calls.append(remote)
+        if len(calls) > 1:
+            real_fetch(repo, remote, creds)
+
+    monkeypatch.setattr(gitbranch, "fetch", stale_first_fetch)
+    with UpstreamStore(world.tmp / "late.db") as late_store:
+        await poll_source(world.source, late_store, world.settings.poll, clock=world.clock.clock())
+        (theirs,) = await propose_all(other, late_store, world.settings.model_copy(update={"author_name": "lanes-2"}),
+                                      clock=world.clock.clock())  # fmt: skip
+        assert theirs.action == "opened" and theirs.commit == mine.commit
+        assert len(calls) == 2  # the start-of-run fetch (stale), then the fetch after the rejection
+        assert str(other.references[f"refs/heads/{BRANCH}"].target) == mine.commit
+    assert len(world.forge.posts) == 1  # the open pull request was found, not opened twice
+
+
+async def test_gitea_and_forgejo_pull_requests(tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock) -> None:
+    world = await build_world(tmp_path, serve, vclock, kind="gitea")
+    try:
+        await world.release("v0.5.22", "2026-10-19T08:00:00Z")
+        (outcome,) = await world.propose()
+        (post,) = world.forge.posts
+        assert post.path == "/api/v1/repos/team/state/pulls"
+        assert post.headers["authorization"] == f"token {FORGE_TOKEN}"
+        assert post.json()["head"] == BRANCH and post.json()["base"] == "main"
+        assert outcome.pr_url == "https://forge.example/team/state/pulls/1"
+    finally:
+        world.store.close()
+
+
+async def test_without_a_remote_the_branch_is_made_locally_and_nothing_is_sent(world: World) -> None:
+    await world.release("v0.5.22", "2026-10-19T08:00:00Z")
+    (outcome,) = await world.propose(remote=None)
+    assert outcome.action == "opened" and outcome.pr_url is None
+    assert str(world.state.references[f"refs/heads/{BRANCH}"].target) == outcome.commit
+    assert world.forge.posts == [] and f"refs/heads/{BRANCH}" not in list(world.bare.references)
