@@ -47,6 +47,7 @@ def with_lane(state: DesiredState, name: str, commit: str | None = None, **chang
         lanes=lanes,
         upstreams=state.upstreams,
         files=state.files,
+        bench_profiles=state.bench_profiles,
     )
 
 
@@ -60,4 +61,5 @@ def without_lane(desired: DesiredState, name: str) -> DesiredState:
         lanes=lanes,
         upstreams=desired.upstreams,
         files=desired.files,
+        bench_profiles=desired.bench_profiles,
     )

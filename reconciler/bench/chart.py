@@ -5,8 +5,9 @@ latency: lower is better), one row per grid point and metric, the baseline
 bar in grey above this run's bar; this run's bar is red when the change is
 beyond noise and worse, green when beyond noise and better, blue otherwise,
 with a whisker of one standard deviation. Each row is scaled on its own
-(pp runs in thousands of t/s, tg in tens), and the numbers are printed, so
-the bars compare a run with its baseline, never one metric with another.
+Each metric has its own scale (pp runs in thousands of t/s, tg in tens),
+shared by its grid points and the baseline, and the numbers are printed: the
+bars compare runs and grid points, never one metric with another.
 Hand-written SVG text, no dependencies. Pure.
 """
 
@@ -50,7 +51,9 @@ def _mean_std(row: Mapping[str, Any] | None, name: str) -> tuple[float, float] |
 
 
 def _fmt(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    if abs(value) >= 999.5:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if abs(value) >= 9.995 else f"{value:.2f}"
 
 
 def _text(x: float, y: float, content: str, *, size: int = 12, anchor: str = "start", **attrs: str) -> str:
@@ -94,20 +97,26 @@ def render_svg(evidence: Mapping[str, Any], baseline: Mapping[str, Any] | None =
     y += 14
 
     for panel_title, names in PANELS:
+        items = []
+        for row in evidence.get("benchmarks", []):
+            key = row_key(row)
+            for name in names:
+                now = _mean_std(row, name)
+                if now is not None:
+                    items.append(
+                        (name, row, now, _mean_std(base_rows.get(key), name), verdicts.get((key, name), "same"))
+                    )
+        # One scale per metric: grid points and the baseline compare at a glance.
+        tops: dict[str, float] = {}
+        for name, _, now, then, _ in items:
+            top = max(now[0] + now[1], (then[0] + then[1]) if then else 0.0)
+            tops[name] = max(tops.get(name, 1e-9), top)
         y += 22
         parts.append(_text(16, y, panel_title, size=14, font_weight="bold"))
         y += 8
-        for row in evidence.get("benchmarks", []):
-            key = row_key(row)
-            base_row = base_rows.get(key)
-            for name in names:
-                now = _mean_std(row, name)
-                if now is None:
-                    continue
-                then = _mean_std(base_row, name)
-                verdict = verdicts.get((key, name), "same")
-                parts += _bar_row(y, f"{SHORT[name]}  {row_label(row)}", now, then, verdict)
-                y += ROW_H
+        for name, row, now, then, verdict in items:
+            parts += _bar_row(y, f"{SHORT[name]}  {row_label(row)}", now, then, verdict, tops[name])
+            y += ROW_H
     height = int(y + 16)
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
@@ -118,10 +127,9 @@ def render_svg(evidence: Mapping[str, Any], baseline: Mapping[str, Any] | None =
 
 
 def _bar_row(
-    y: float, label: str, now: tuple[float, float], then: tuple[float, float] | None, verdict: str
+    y: float, label: str, now: tuple[float, float], then: tuple[float, float] | None, verdict: str, top: float
 ) -> list[str]:
-    top = max(now[0] + now[1], (then[0] + then[1]) if then else 0.0, 1e-9) * 1.08
-    scale = BAR_W / top
+    scale = BAR_W / (top * 1.05)
     color = {"worse": WORSE_COLOR, "better": BETTER_COLOR}.get(verdict, NOW_COLOR)
     out = [_text(16, y + 21, label, size=12)]
     bar_y = y + 6

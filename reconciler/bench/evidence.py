@@ -105,6 +105,7 @@ def build_evidence(
             "api": profile.api,
             "tokens_per_word": run.fit.per_word,
             "fixed_tokens": run.fit.fixed,
+            "run_prefix": " ".join(run.prefix),
             "sized": [
                 {
                     "prompt_size": pp,

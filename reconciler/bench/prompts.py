@@ -47,6 +47,18 @@ VOCABULARY: tuple[str, ...] = tuple(dict.fromkeys(_WORDS.split()))
 """Common words: real tokenizers split them like ordinary text, unlike random characters."""
 
 
+def run_prefix(count: int = 4) -> tuple[str, ...]:
+    """Words only this run starts its prompts with, so no server serves them from its prefix cache.
+
+    vLLM and SGLang cache prompt prefixes across requests; a second run of one
+    profile against the same server would otherwise find every prompt cached
+    and report prefill rates of a cache. 4 words of 250 make 3.9e9 prefixes;
+    the text after them stays the seed's.
+    """
+    rng = random.SystemRandom()
+    return tuple(rng.choice(VOCABULARY) for _ in range(count))
+
+
 def words(seed: int, salt: str, count: int) -> list[str]:
     """`count` words, the same for the same (seed, salt) on every machine and run."""
     # Not for secrets: a reproducible stream. str seeds hash with SHA-512, so stable across runs and machines.
@@ -112,13 +124,14 @@ class Prompt:
         return [*messages, {"role": "user", "content": self.prompt}]
 
 
-def build(seed: int, salt: str, total_words: int, pp: int, depth: int) -> Prompt:
+def build(seed: int, salt: str, total_words: int, pp: int, depth: int, prefix: Sequence[str] = ()) -> Prompt:
     """A prompt of `total_words` words; the depth's share of them goes to the context.
 
     `total_words` is what sizing found for pp + depth tokens; it is split in
     proportion so the context holds about `depth` tokens and the prompt the rest.
+    `prefix` words (a run's own, see `run_prefix`) come first and count in.
     """
-    text = words(seed, salt, total_words)
+    text = [*prefix[:total_words], *words(seed, salt, max(total_words - len(prefix), 0))]
     context_words = round(total_words * depth / (pp + depth)) if depth else 0
     context_words = min(context_words, total_words - 1)
     return Prompt(

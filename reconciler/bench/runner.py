@@ -64,6 +64,7 @@ class BenchRun:
     sized_tokens: dict[tuple[int, int], int]
     """(pp, depth) -> what the server counted for the sized prompt."""
     rows: list[dict[str, Any]]
+    prefix: tuple[str, ...] = ()
     server_version: str | None = None
     records: dict[Shape, list[list[RequestRecord]]] = field(default_factory=dict, repr=False)
 
@@ -91,11 +92,11 @@ class _Ticker:
 
 
 async def _size(
-    client: BenchClient, profile: BenchProfile, ticker: _Ticker
+    client: BenchClient, profile: BenchProfile, prefix: tuple[str, ...], ticker: _Ticker
 ) -> tuple[prompts.TokenFit, dict[tuple[int, int], int], dict[tuple[int, int], int]]:
     samples = []
     for count in CALIBRATION_WORDS:
-        probe = prompts.Prompt("", " ".join(prompts.words(profile.seed, f"calibrate:{count}", count)), 0)
+        probe = prompts.build(profile.seed, f"calibrate:{count}", count, count, 0, prefix)
         samples.append((count, await client.count_prompt_tokens(probe)))
     fit = prompts.fit(samples)
     ticker.tick("calibrated prompt sizes")
@@ -107,7 +108,7 @@ async def _size(
             guess = fit.words_for(target)
             got = 0
             for _ in range(SIZING_ROUNDS):
-                prompt = prompts.build(profile.seed, f"size:{pp}:{depth}", guess, pp, depth)
+                prompt = prompts.build(profile.seed, f"size:{pp}:{depth}", guess, pp, depth, prefix)
                 got = await client.count_prompt_tokens(prompt)
                 if abs(got - target) <= max(1.0, SIZE_TOLERANCE * target):
                     break
@@ -125,7 +126,7 @@ async def _size(
 
 
 async def _batch(
-    client: BenchClient, profile: BenchProfile, shape: Shape, word_count: int, tag: str
+    client: BenchClient, profile: BenchProfile, shape: Shape, word_count: int, tag: str, prefix: tuple[str, ...]
 ) -> list[RequestRecord]:
     batch = [
         prompts.build(
@@ -134,6 +135,7 @@ async def _batch(
             word_count,
             shape.pp,
             shape.depth,
+            prefix,
         )
         for i in range(shape.concurrency)
     ]
@@ -149,8 +151,15 @@ async def run_profile(
     model: str,
     progress: ProgressFn | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    prefix: tuple[str, ...] | None = None,
 ) -> BenchRun:
-    """Measure every grid point of `profile` against the endpoint at `url` serving `model`."""
+    """Measure every grid point of `profile` against the endpoint at `url` serving `model`.
+
+    `prefix`: the words every prompt starts with; by default a fresh
+    `prompts.run_prefix()` when the profile asks for one, else none.
+    """
+    if prefix is None:
+        prefix = prompts.run_prefix() if profile.fresh_prefix else ()
     shapes = _shapes(profile)
     targets = len(profile.pp) * len(profile.depth)
     ticker = _Ticker(2 + targets + len(shapes) * (profile.warmup + profile.repetitions), progress)
@@ -167,7 +176,7 @@ async def run_profile(
         if model not in served:
             raise PermanentError(f"{client.root} does not serve '{model}' (it lists: {', '.join(served) or 'nothing'})")
         version = await client.server_version()
-        fit, words, counted = await _size(client, profile, ticker)
+        fit, words, counted = await _size(client, profile, prefix, ticker)
         latency = await client.latency(profile.latency_mode)
         ticker.tick(f"latency {latency * 1000:.1f} ms ({profile.latency_mode})")
         rows: list[dict[str, Any]] = []
@@ -175,11 +184,11 @@ async def run_profile(
         for shape in shapes:
             word_count = words[(shape.pp, shape.depth)]
             for run in range(profile.warmup):
-                await _batch(client, profile, shape, word_count, f"warmup{run}")
+                await _batch(client, profile, shape, word_count, f"warmup{run}", prefix)
                 ticker.tick(f"{shape.label()} warmup {run + 1}/{profile.warmup}")
             batches = []
             for run in range(profile.repetitions):
-                batches.append(await _batch(client, profile, shape, word_count, f"run{run}"))
+                batches.append(await _batch(client, profile, shape, word_count, f"run{run}", prefix))
                 ticker.tick(f"{shape.label()} run {run + 1}/{profile.repetitions}")
             failed = [r.error for batch in batches for r in batch if not r.ok]
             if len(failed) == shape.concurrency * profile.repetitions:
@@ -197,6 +206,7 @@ async def run_profile(
         sized_words=words,
         sized_tokens=counted,
         rows=rows,
+        prefix=prefix,
         server_version=version,
         records=records,
     )

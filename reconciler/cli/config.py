@@ -36,7 +36,8 @@ def _file_facts(path: Path | None) -> dict[str, Any]:
     except OSError as exc:
         return {"path": str(path), "state": f"cannot stat: {exc.strerror}"}
     kind = "folder" if stat.S_ISDIR(st.st_mode) else "file"
-    return {"path": str(path), "state": "present", "kind": kind, "mode": f"{stat.S_IMODE(st.st_mode):04o}"}
+    state = "empty" if kind == "file" and st.st_size == 0 else "present"
+    return {"path": str(path), "state": state, "kind": kind, "mode": f"{stat.S_IMODE(st.st_mode):04o}"}
 
 
 def _warnings(cfg: DaemonConfig, secrets: dict[str, dict[str, Any]], env: dict[str, str]) -> list[str]:
@@ -51,10 +52,15 @@ def _warnings(cfg: DaemonConfig, secrets: dict[str, dict[str, Any]], env: dict[s
                 out.append(f"{name}: {path} does not exist: the daemon cannot reach any host")
             else:
                 out.append(f"{name}: {path} does not exist")
-        elif facts.get("kind") == "file" and int(facts["mode"], 8) & 0o077:
+        elif facts["state"] == "empty":
+            out.append(f"{name}: {path} is empty")
+        if facts.get("kind") == "file" and int(facts["mode"], 8) & 0o077:
             out.append(f"{name}: {path} is readable by group or others (mode {facts['mode']}); use 0600")
     if not cfg.ssh.known_hosts.is_file():
         out.append(f"ssh.known_hosts: {cfg.ssh.known_hosts} does not exist: pin every host key first")
+    signers = cfg.repo.allowed_signers
+    if signers is not None and not signers.is_file():
+        out.append(f"repo.allowed_signers: {signers} does not exist: every head would be refused")
     if cfg.repo.is_local and not Path(cfg.repo.url).exists():
         out.append(f"repo.url: {cfg.repo.url} does not exist on this machine")
     if cfg.http.enabled and not is_loopback(cfg.http.host_port[0]):
@@ -71,14 +77,14 @@ def _print_human(cfg: DaemonConfig, path: Path, secrets: dict[str, dict[str, Any
     for section in ("repo", "ssh", "daemon", "http", "upstream", "bench"):
         console.print(f"\n[bold]\\[{section}][/]")
         for key, value in dumped[section].items():
-            console.print(f"{key} = {json.dumps(value)}")
+            console.print(f"{key} = {json.dumps(value)}" if value is not None else f"# {key}: not set")
     for host, override in dumped["hosts"].items():
         console.print(f"\n[bold]\\[hosts.{host}][/]")
         for key, value in override.items():
             console.print(f"{key} = {json.dumps(value)}")
     console.print("\n[bold]secret files[/] (named, never read)")
     for name, facts in secrets.items():
-        extra = f", {facts['kind']} mode {facts['mode']}" if facts["state"] == "present" else ""
+        extra = f", {facts['kind']} mode {facts['mode']}" if "mode" in facts else ""
         console.print(f"{name}: {facts['path'] or '-'} ({facts['state']}{extra})")
     for w in warnings:
         console.print(f"[yellow]warning[/]: {w}")

@@ -25,6 +25,7 @@ from rich.console import Console
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, handle_errors
 from reconciler.cli.reconcile import print_plan, print_status, progress_printer
+from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleResult, CycleSettings, HostOverride, Reconciler
 from reconciler.execute.secrets import SecretStore
 from reconciler.sim import SimFleet, SimRegistry
@@ -108,8 +109,37 @@ async def start_sim(
     return DemoEnv(workdir, clone or workdir, fleet, reconciler, store, transport)
 
 
-async def start_demo(repo: str, workdir: Path) -> DemoEnv:
+def grow_fleet(clone: Path, total_hosts: int) -> None:
+    """Add simulated hosts `sim-NNNN` (and a four-host lane per four of them) to the clone, as a commit."""
+    repo = pygit2.Repository(str(clone))
+    loaded = load_commit(repo)
+    have = len(loaded.desired.hosts)
+    if total_hosts < have:
+        raise InputError(f"the example fleet has {have} hosts; --hosts must be at least that", field="--hosts")
+    extra = [f"sim-{i:04d}" for i in range(total_hosts - have)]
+    image = loaded.desired.lanes["eugr-nightly-dsv41-3x"].image
+    for i, name in enumerate(extra):
+        (clone / "state" / "hosts" / f"{name}.yaml").write_text(f"address: 198.18.{i // 250}.{i % 250 + 1}\n")
+    for g in range(len(extra) // 4):
+        hosts = ", ".join(extra[g * 4 : g * 4 + 4])
+        (clone / "state" / "lanes" / f"sim-minimax-{g:04d}.yaml").write_text(
+            f"engine: vllm\nengine_version: 0.32.1.dev0+g8244d1c44\nimage: {image}\n"
+            f"model: minimax-m3.1-flash\nserved_model_name: minimax-{g:04d}\nhosts: [{hosts}]\ntp: 4\n"
+            "max_model_len: 131072\ngpu_memory_utilization: 0.75\nport: 8000\nhealth:\n  poll_interval_s: 0.5\n"
+        )
+    repo.index.add_all()
+    repo.index.write()
+    who = pygit2.Signature("lanes demo", "demo@localhost")
+    tree = repo.index.write_tree()
+    repo.create_commit(
+        "HEAD", who, who, f"demo: grow the fleet to {total_hosts} simulated hosts", tree, [repo.head.target]
+    )
+
+
+async def start_demo(repo: str, workdir: Path, hosts: int | None = None) -> DemoEnv:
     clone = clone_repo(repo, workdir / "state-repo")
+    if hosts is not None:
+        grow_fleet(clone, hosts)
     return await start_sim(load_commit(clone), workdir, clone=clone)
 
 
@@ -129,6 +159,13 @@ def demo(
     once: Annotated[bool, typer.Option("--once", help="exit when converged (0) or failed (1)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     resync_s: Annotated[float, typer.Option(help="seconds between resyncs in continuous mode")] = 10.0,
+    hosts: Annotated[
+        int | None,
+        typer.Option(
+            "--hosts",
+            help="simulate this many hosts (the example fleet's 7 plus generated ones, a four-host lane per four)",
+        ),
+    ] = None,
     keep: Annotated[bool, typer.Option(help="keep the temporary folder")] = False,
 ) -> None:
     """Start simulated Sparks for the example fleet and converge state/ onto them."""
@@ -138,7 +175,7 @@ def demo(
 
     async def go() -> int:
         t0 = time.monotonic()
-        env = await start_demo(repo, workdir)
+        env = await start_demo(repo, workdir, hosts)
         try:
             loaded = load_commit(env.clone)
             if not as_json:
@@ -152,13 +189,8 @@ def demo(
                 report(first, second, rows, time.monotonic() - t0, as_json, console)
                 return EXIT_OK if converged(rows) and first.ok else EXIT_DENY
             print_status(rows, console)
-            console.print(f"watching {env.clone} (commit there to change lanes; Ctrl-C to stop)")
-            while True:
-                await asyncio.sleep(resync_s)
-                loaded = load_commit(env.clone)
-                result = await env.reconciler.run_cycle(loaded, progress=progress_printer(console))
-                if not result.plan.empty:
-                    print_status(status_rows(env.store, loaded.desired), console)
+            await run_daemon_on(env, console, resync_s)
+            return EXIT_OK
         finally:
             await stop_demo(env)
 
@@ -170,6 +202,38 @@ def demo(
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
     raise typer.Exit(code)
+
+
+async def run_daemon_on(env: DemoEnv, console: Console, resync_s: float) -> None:
+    """The real daemon, watching the temporary clone, driving the simulated Sparks until Ctrl-C."""
+    from reconciler.daemon.config import load_config
+    from reconciler.daemon.service import Daemon
+
+    branch = pygit2.Repository(str(env.clone)).head.shorthand
+    hosts = "".join(
+        f'[hosts.{name}]\naddress = "{t.address}"\nport = {t.port}\nuser = "{t.user}"\n'
+        for name, t in env.fleet.targets.items()
+    )
+    config_path = env.workdir / "reconciler.toml"
+    config_path.write_text(
+        f'[repo]\nurl = "{env.clone}"\nbranch = "{branch}"\nmirror_dir = "{env.workdir / "mirror"}"\n'
+        f"resync_interval_s = {max(resync_s, 10.0)}\n"
+        f'[ssh]\nkey = "{env.fleet.client_key_path}"\nknown_hosts = "{env.fleet.known_hosts_path}"\n'
+        f'[daemon]\nowner = "lanes-demo"\ndb = "{env.workdir / "lanes.db"}"\n'
+        f'secrets_dir = "{env.workdir / "secrets"}"\nlog_level = "info"\n'
+        f'[http]\nlisten = "127.0.0.1:0"\n{hosts}'
+    )
+    config = load_config(config_path)
+    lane = f"{env.clone}/state/lanes/eugr-nightly-dsv41-3x.yaml"
+    console.print(
+        f"\nThe daemon now watches {env.clone} (Ctrl-C stops it). Change a lane and commit, e.g.:\n"
+        f"  sed -i 's/max_num_seqs: 8/max_num_seqs: 4/' {lane}\n"
+        f"  git -C {env.clone} commit -am 'eugr: 4 sequences'\n"
+        f"then: lanes status --db {env.workdir / 'lanes.db'} --repo {env.clone}\n",
+        highlight=False,
+    )
+    env.store.close()
+    await Daemon(config, config_path).run()
 
 
 def report(

@@ -116,7 +116,9 @@ def propose_cmd(
     forge_url: Annotated[str, typer.Option("--forge-url", help="API base URL of the forge")] = "https://api.github.com",
     forge_repo: Annotated[str | None, typer.Option("--forge-repo", help="owner/name on the forge")] = None,
     forge_token: Annotated[str | None, typer.Option("--forge-token", help="credential name of the API token")] = None,
-    push_credential: Annotated[str | None, typer.Option("--push-credential", help="credential name, user:token")] = None,
+    push_credential: Annotated[
+        str | None, typer.Option("--push-credential", help="credential name, user:token")
+    ] = None,
     author_name: Annotated[str, typer.Option("--author-name", help="author of proposal commits")] = "lanes",
     author_email: Annotated[str, typer.Option("--author-email")] = "lanes@localhost",
     state_dir: StateDirOpt = "state",

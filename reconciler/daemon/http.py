@@ -52,7 +52,10 @@ def parse_listen(listen: str) -> tuple[str, int]:
         host, sep, port_text = text[1:].partition("]:")
         if not sep:
             raise ValueError(f"'{listen}' is not [IPV6]:PORT")
-        ipaddress.IPv6Address(host)
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"'{listen}': '{host}' in [IPV6]:PORT is not an IPv6 address") from None
     else:
         host, sep, port_text = text.rpartition(":")
         if not sep or not host or ":" in host:

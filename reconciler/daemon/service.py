@@ -280,7 +280,15 @@ class Daemon:
         secret_file = self.config.http.webhook_secret_file
         if secret_file is None:
             return 404, "webhook not configured"
-        secret = secret_file.read_bytes().strip()
+        try:
+            secret = secret_file.read_bytes().strip()
+        except OSError as exc:
+            log.error("webhook.secret_unreadable", path=str(secret_file), error=exc.strerror)
+            return 503, "webhook secret unreadable"
+        if not secret:
+            # An empty key makes every HMAC forgeable: treat it as not configured.
+            log.error("webhook.secret_empty", path=str(secret_file))
+            return 503, "webhook secret is empty"
         if not verify_signature(headers, body, secret):
             log.warning("webhook.bad_signature")
             return 401, "bad signature"

@@ -58,9 +58,11 @@ class CommitDecider:
             result = await self.reconciler.run_cycle(loaded)
             outcome = self._outcome(result)
             self.metrics.record_cycle(time.monotonic() - t0, result.results)
-            self.metrics.record_denials(v.rule for v in result.verdict.violations if v.severity == "deny")
             changed = any(r.result != "noop" for r in result.results)
-            if changed or self.store.commit_outcome(head) is None:
+            first_decision = self.store.commit_outcome(head) is None
+            if first_decision:  # resyncs of the same commit must not count its denials again
+                self.metrics.record_denials(v.rule for v in result.verdict.violations if v.severity == "deny")
+            if changed or first_decision:
                 self._record(head, outcome, self._verdict(result))
             log.info("cycle.done", outcome=outcome, seconds=round(time.monotonic() - t0, 3))
             return outcome
@@ -93,7 +95,7 @@ class CommitDecider:
     def _verdict(result: CycleResult) -> dict[str, Any]:
         lanes = []
         for r in result.results:
-            if r.result == "noop" and not r.error:
+            if r.result == "noop":
                 continue
             entry: dict[str, Any] = {
                 "lane": r.lane,

@@ -149,7 +149,8 @@ class Executor:
             elif "unreachable" in lp.reason and rec.health == "healthy":
                 fields["health"] = "degraded"
         self.store.update_lane(lp.lane, **fields)
-        return LaneResult(lp.lane, lp.action, lp.action if lp.action != "fail" else "failed", lp.reason)
+        error = None if lp.action == "noop" else lp.reason
+        return LaneResult(lp.lane, lp.action, lp.action if lp.action != "fail" else "failed", error)
 
     async def _run_step(
         self, run: str, lp: LanePlan, seq: int, step: Step, coro_fn: Callable[[], Awaitable[None]]

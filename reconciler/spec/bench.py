@@ -58,6 +58,11 @@ class BenchProfile(StrictModel):
     repetitions: int = Field(default=3, ge=1, le=100, description="measured runs per grid point")
     warmup: int = Field(default=1, ge=0, le=10, description="discarded runs per grid point before measuring")
     seed: int = Field(default=1017, ge=0, description="prompts are generated from this seed")
+    fresh_prefix: bool = Field(
+        default=True,
+        description="start every prompt of a run with words of its own, so no prefix cache holds it from a "
+        "previous run (false: byte-identical prompts across runs)",
+    )
     api: Literal["completions", "chat"] = Field(
         default="completions", description="/v1/completions (exact token counts) or /v1/chat/completions"
     )

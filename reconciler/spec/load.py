@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.errors import InputError
+from reconciler.spec.bench import BenchProfilesFile, load_bench_profiles
 from reconciler.spec.fleet import FleetDefaults, Host
 from reconciler.spec.lane import Lane
 from reconciler.spec.model import ModelSpec
@@ -33,6 +34,7 @@ class DesiredState:
     models: Mapping[str, ModelSpec]
     lanes: Mapping[str, Lane]
     upstreams: UpstreamsFile = field(default_factory=UpstreamsFile)
+    bench_profiles: BenchProfilesFile | None = None
     files: Mapping[str, str] = field(default_factory=dict)
     """`kind/name` (e.g. `lanes/glm53`) to the repository path it came from."""
 
@@ -122,11 +124,28 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
                     line=doc.line((field_name,)),
                     field=field_name if field_name == "upstream" else "track.source",
                 )
+    profiles = load_bench_profiles(files, state_dir=state_dir)
+    for name, lane in lanes.items():
+        if lane.bench_profile is not None and profiles.get(lane.bench_profile) is None:
+            path = lane_files[name]
+            raise InputError(
+                f"bench profile '{lane.bench_profile}' is not defined (known: {', '.join(sorted(profiles.profiles))})",
+                file=path,
+                line=parse_yaml(path, files[path]).line(("bench_profile",)),
+                field="bench_profile",
+            )
     where = {f"hosts/{k}": v for k, v in host_files.items()}
     where.update({f"models/{k}": v for k, v in model_files.items()})
     where.update({f"lanes/{k}": v for k, v in lane_files.items()})
     return DesiredState(
-        commit=commit, fleet=fleet, hosts=hosts, models=models, lanes=lanes, upstreams=upstreams, files=where
+        commit=commit,
+        fleet=fleet,
+        hosts=hosts,
+        models=models,
+        lanes=lanes,
+        upstreams=upstreams,
+        files=where,
+        bench_profiles=profiles,
     )
 
 

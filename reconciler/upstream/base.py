@@ -197,7 +197,7 @@ class Requester:
             self.count += 1
             try:
                 request = self.client.build_request(method, url, headers={"User-Agent": USER_AGENT, **(headers or {})})
-                response = await self.client.send(request, auth=auth) if auth else await self.client.send(request)
+                response = await self.client.send(request, auth=auth)
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue

@@ -161,7 +161,7 @@ def _release_summary(gap: Gap, dated_only: bool) -> str:
         text += f" ({gap.minors_behind} minor)"
     text += f", {humanize_days(gap.days_behind)}"
     if gap.rule == "build-date":
-        text += " (by build date: the version names no release)"
+        text += " (by build date)"
     return text
 
 

@@ -15,7 +15,6 @@ store remembers it, and a branch already on the remote is adopted.
 from __future__ import annotations
 
 import asyncio
-import string
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -23,7 +22,6 @@ from typing import Literal
 import httpx
 import pygit2
 import structlog
-from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field
 
 from reconciler.errors import InputError, LanesError, PermanentError, TransientError
@@ -35,17 +33,16 @@ from reconciler.spec.upstream import GitHubReleases, OCIRepository, UpstreamSour
 from reconciler.upstream import gitbranch
 from reconciler.upstream.base import Clock, PollSettings, backoff_delay, read_credential
 from reconciler.upstream.forge import ForgeSettings, open_pull
-from reconciler.upstream.oci import resolve_image
 from reconciler.upstream.poll import make_client
 from reconciler.upstream.proposal_text import ProposalFacts, commit_message, pull_body, pull_title
+from reconciler.upstream.registry import resolve_image
+from reconciler.upstream.selection import image_reference, newest_qualifying, settle_open
 from reconciler.upstream.store import ProposalRecord, ReleaseRecord, UpstreamStore
-from reconciler.upstream.versions import Candidate, is_newer, parse_day, parse_engine_version, qualifies, says_nothing
 from reconciler.upstream.yamledit import bump_lane
 
 log = structlog.get_logger(__name__)
 
 Action = Literal["opened", "adopted", "exists", "limited", "none", "failed"]
-TEMPLATE_FIELDS = frozenset({"version", "tag", "variant"})
 
 
 class ProposalSettings(BaseModel):
@@ -143,54 +140,12 @@ def _base_commit(repo: pygit2.Repository, remote: str | None, base: str) -> pygi
     raise InputError(f"the tracked branch '{base}' is not in the state repository", field="--base")
 
 
-def _newest_qualifying(run: _Run, lane: Lane, source: UpstreamSource) -> ReleaseRecord | None:
-    assert lane.track is not None
-    path = run.loaded.desired.lane_file(lane.name)
-    built = parse_day(lane.image_built)
-    best: tuple[Version, bool, ReleaseRecord] | None = None
-    for record in run.store.releases(source.name):
-        if record.version is None or (record.prerelease and not lane.track.prereleases):
-            continue
-        version = Version(record.version)
-        if not qualifies(version, lane.track.versions, lane.track.prereleases, file=path):
-            continue
-        if not is_newer(Candidate(record.tag, version, parse_day(record.published)), lane.engine_version, built):
-            continue
-        key = (version, not record.variant, record)  # a variant-less tag wins a tie
-        if best is None or key[:2] > best[:2]:
-            best = key
-    return best[2] if best else None
-
-
-def _settle_open(run: _Run, lane: Lane) -> None:
-    """Open proposals the lane has caught up with are merged; those whose branch went away are closed."""
-    current = parse_engine_version(lane.engine_version)
-    for p in run.store.proposals(lane.name, "open"):
-        reached = lane.image == p.image or (
-            current is not None and not says_nothing(current) and current >= Version(p.version)
-        )
-        if reached:
-            run.store.set_proposal_state(lane.name, p.version, "merged")
-        elif not run.branch_exists(p.branch):
-            run.store.set_proposal_state(lane.name, p.version, "closed")
-
-
-def image_reference(template: str, release: ReleaseRecord, path: str) -> str:
-    fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    if not fields <= TEMPLATE_FIELDS:
-        unknown = ", ".join(sorted(fields - TEMPLATE_FIELDS))
-        raise InputError(
-            f"unknown placeholder(s) {unknown}; use {{version}}, {{tag}}, {{variant}}", file=path, field="track.image"
-        )
-    return template.format(version=release.version, tag=release.tag, variant=release.variant)
-
-
 async def _propose_lane(run: _Run, lane: Lane) -> ProposalOutcome:
     assert lane.track is not None
     sources = {s.name: s for s in run.loaded.desired.upstreams.sources}
     source = sources[lane.track.source]
-    _settle_open(run, lane)
-    release = _newest_qualifying(run, lane, source)
+    settle_open(run.store, lane, run.branch_exists)
+    release = newest_qualifying(run.store, lane, run.loaded.desired.lane_file(lane.name))
     if release is None or release.version is None:
         return ProposalOutcome(lane.name, "none", message=f"no qualifying release newer than {lane.engine_version}")
     version = release.version
@@ -231,20 +186,23 @@ async def _propose_lane(run: _Run, lane: Lane) -> ProposalOutcome:
     author = gitbranch.signature(run.settings.author_name, run.settings.author_email)
     oid = gitbranch.commit_file(run.repo, run.base, path, edited.encode(), commit_message(facts), author)
     run.repo.references.create(f"refs/heads/{branch}", oid, force=True)
+    action: Action = "opened"
     commit = str(oid)
     if run.remote is not None:
-        commit = await _push(run, lane, source, release, branch)
-    return await _open_and_record(run, lane, source, release, replace(facts, commit=commit), "opened")
+        commit, action = await _push(run, lane, source, release, branch)
+    return await _open_and_record(run, lane, source, release, replace(facts, commit=commit), action)
 
 
-async def _push(run: _Run, lane: Lane, source: UpstreamSource, release: ReleaseRecord, branch: str) -> str:
+async def _push(
+    run: _Run, lane: Lane, source: UpstreamSource, release: ReleaseRecord, branch: str
+) -> tuple[str, Action]:
     """Push; on a rejection fetch, adopt the same proposal if the remote has it, else retry with backoff."""
     assert run.remote is not None
     last = ""
     for attempt in range(run.settings.push_attempts):
         reason = await asyncio.to_thread(gitbranch.push, run.repo, run.remote, branch, run.creds)
         if reason is None:
-            return str(run.repo.references[f"refs/heads/{branch}"].target)
+            return str(run.repo.references[f"refs/heads/{branch}"].target), "opened"
         last = reason
         log.warning("upstream.push_rejected", lane=lane.name, branch=branch, reason=reason, attempt=attempt + 1)
         await asyncio.to_thread(gitbranch.fetch, run.repo, run.remote, run.creds)
@@ -253,7 +211,7 @@ async def _push(run: _Run, lane: Lane, source: UpstreamSource, release: ReleaseR
             if not _same_proposal(theirs, lane, source, release):
                 raise PermanentError(f"{branch} exists on '{run.remote}' with another commit; it is not overwritten")
             run.repo.references.create(f"refs/heads/{branch}", theirs.id, force=True)
-            return str(theirs.id)
+            return str(theirs.id), "adopted"
         await run.clock.sleep(backoff_delay(attempt, run.settings.poll, run.clock.rng))
     raise TransientError(f"push of {branch} rejected {run.settings.push_attempts} time(s): {last}")
 

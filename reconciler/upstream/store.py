@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +79,9 @@ class ProposalRecord:
     denial: tuple[str, ...] = ()
     created: float = 0.0
     upstream: str = ""
+    """`<source> <tag>`, as in the commit's Upstream: trailer."""
     extra: dict[str, Any] = field(default_factory=dict)
+    """Room for what later steps attach (trial hosts, benchmark evidence); nothing writes it yet."""
 
 
 class UpstreamStore:
@@ -257,9 +258,6 @@ class UpstreamStore:
 
     def set_proposal_state(self, lane: str, version: str, state: str) -> None:
         self.db.table(PROPOSALS).update((lane, version), {"state": state})
-
-    def all_sources(self) -> Iterable[str]:
-        return [r["source"] for r in self.db.query(f"select distinct source from {RELEASES}")]  # noqa: S608
 
 
 def _release(r: dict[str, Any]) -> ReleaseRecord:

@@ -32,11 +32,16 @@ class Stream(httpx.AsyncByteStream):
 
 
 def handler(
-    count: Callable[[str], int] = bpe_like, *, fixed: int = 3, per_message: int = 4, status: int = 200
+    count: Callable[[str], int] = bpe_like,
+    *,
+    fixed: int = 3,
+    per_message: int = 4,
+    status: int = 200,
+    model: str = MODEL,
 ) -> Callable[[httpx.Request], httpx.Response]:
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":
-            return httpx.Response(200, json={"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+            return httpx.Response(200, json={"object": "list", "data": [{"id": model, "object": "model"}]})
         if request.url.path == "/version":
             return httpx.Response(404, json={"detail": "Not Found"})
         if status != 200:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import httpx
 import pytest
 
 from reconciler.bench import prompts
@@ -95,3 +98,33 @@ async def test_a_server_without_usage_cannot_size_prompts() -> None:
         await run_profile(
             profile, url="http://fake.invalid", model=fakeengine.MODEL, transport=fakeengine.transport(status=400)
         )
+
+
+async def test_each_run_starts_its_prompts_with_its_own_words_unless_told_not_to() -> None:
+    sent: list[str] = []
+    inner = fakeengine.handler()
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        prompt = json.loads(request.content)["prompt"] if request.method == "POST" else "hello"
+        if prompt != "hello":  # the latency probe is one fixed word
+            sent.append(prompt)
+        return inner(request)
+
+    async def prompts_of(profile: BenchProfile, prefix: tuple[str, ...] | None = None) -> list[str]:
+        sent.clear()
+        await run_profile(
+            profile, url="http://x", model=fakeengine.MODEL, transport=httpx.MockTransport(handle), prefix=prefix
+        )
+        return list(sent)
+
+    profile = BenchProfile(name="t", pp=(64,), tg=(2,), concurrency=(2,), repetitions=2, warmup=1)
+    first, second = await prompts_of(profile), await prompts_of(profile)
+    assert first != second  # a server's prefix cache cannot serve the second run
+    assert {tuple(p.split()[:4]) for p in first} == {tuple(first[0].split()[:4])}  # one prefix per run
+    measured = first[-4:]  # the measured batches: every request has its own words
+    assert len({" ".join(p.split()[4:12]) for p in measured}) == 4
+    # The text after the run's words is the seed's: the same in both runs.
+    assert [p.split()[4:] for p in first[-4:]] == [p.split()[4:] for p in second[-4:]]
+    fixed = profile.model_copy(update={"fresh_prefix": False})
+    assert await prompts_of(fixed) == await prompts_of(fixed)
+    assert (await prompts_of(profile, ("alpha", "beta")))[-1].startswith("alpha beta ")

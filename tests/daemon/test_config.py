@@ -298,7 +298,9 @@ def test_config_check_prints_the_effective_settings_without_secret_values(tmp_pa
     secret = tmp_path / "webhook-secret"
     secret.write_text("hunter2-webhook-value")
     secret.chmod(0o600)
-    text = f'[repo]\nurl = "/x"\n[ssh]\nkey = "{key}"\n[http]\nwebhook_secret_file = "{secret}"\nlisten = "0.0.0.0:9464"\n'
+    text = (
+        f'[repo]\nurl = "/x"\n[ssh]\nkey = "{key}"\n[http]\nwebhook_secret_file = "{secret}"\nlisten = "0.0.0.0:9464"\n'
+    )
     path = write(tmp_path, text)
     result = runner.invoke(app, ["check", "--config", str(path), "--json"])
     assert result.exit_code == 0, result.output
@@ -311,7 +313,7 @@ def test_config_check_prints_the_effective_settings_without_secret_values(tmp_pa
     assert any("repo.url" in w for w in out["warnings"])
     human = runner.invoke(app, ["check", "--config", str(path)])
     assert human.exit_code == 0, human.output
-    assert f"key = \"{key}\"" in human.output and "secret files" in human.output
+    assert f'key = "{key}"' in human.output and "secret files" in human.output
     for output in (result.output, human.output):
         assert "SECRET-KEY-MATERIAL" not in output and "hunter2" not in output
 
@@ -334,3 +336,18 @@ def test_config_check_exits_2_with_file_line_and_field(tmp_path: Path) -> None:
     assert out["ok"] is False and (out["file"], out["line"], out["field"]) == (str(path), 4, "http.listen")
     human = runner.invoke(app, ["check", "--config", str(tmp_path / "missing.toml")])
     assert human.exit_code == 2 and "config file not found" in human.output
+
+
+def test_config_check_warns_about_empty_secrets_and_missing_signers(tmp_path: Path) -> None:
+    secret = tmp_path / "webhook-secret"
+    secret.touch(mode=0o600)
+    text = (
+        f'[repo]\nurl = "/x"\nrequire_signed_commits = "ssh"\nallowed_signers = "{tmp_path / "signers"}"\n'
+        f'[http]\nwebhook_secret_file = "{secret}"\n'
+    )
+    result = runner.invoke(app, ["check", "--config", str(write(tmp_path, text)), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["secret_files"]["http.webhook_secret_file"]["state"] == "empty"
+    assert any("webhook_secret_file" in w and "is empty" in w for w in out["warnings"])
+    assert any("allowed_signers" in w and "every head would be refused" in w for w in out["warnings"])

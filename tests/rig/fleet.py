@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from tests.rig.rig import LaneRun, Rig
+from tests.rig.lanescli import LaneRun
+from tests.rig.rig import Rig
 
 QUAD_HOSTS = ("rig1", "rig2", "rig3", "rig4")
 SOLO_HOST = "rig2"
@@ -59,7 +61,9 @@ def running(rig: Rig, host: str) -> dict[str, Running]:
 
 
 def fleet_view(rig: Rig) -> dict[str, dict[str, Running]]:
-    return {host: running(rig, host) for host in rig.hosts}
+    """Every host's containers, read over ssh from all hosts at once."""
+    with ThreadPoolExecutor(len(rig.hosts)) as pool:
+        return dict(zip(rig.hosts, pool.map(lambda h: running(rig, h), rig.hosts), strict=True))
 
 
 def digest_of(ref: str) -> str:
@@ -110,6 +114,13 @@ def served_models(address: str, port: int) -> list[str]:
     r = httpx.get(f"http://{address}:{port}/v1/models", timeout=5)
     r.raise_for_status()
     return [m["id"] for m in r.json()["data"]]
+
+
+def deployed(rig: Rig, *extra: str) -> LaneRun:
+    """`lanes apply` that must succeed (a test's starting point)."""
+    run = rig.apply(*extra)
+    assert run.returncode == 0, run.describe()
+    return run
 
 
 def converged(rig: Rig, *extra: str) -> LaneRun:

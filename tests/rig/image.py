@@ -11,6 +11,7 @@ so `podman import` and a push to the rig's registry take about a second.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -154,6 +155,4 @@ def write_tar(root: Path, tar_path: Path, extra: dict[str, str]) -> None:
             info = as_root(tarfile.TarInfo(name))
             info.size = len(data)
             info.mode = 0o644
-            import io
-
             tar.addfile(info, io.BytesIO(data))

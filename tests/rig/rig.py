@@ -16,7 +16,6 @@ See ../shared/RIG.md for what was seen working on this machine.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shlex
@@ -29,20 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from tests.rig import image
+from tests.rig.lanescli import LaneRun, run_lanes, run_lanes_watching
 from tests.rig.machine import (
     DOCKER_WRAPPER,
-    ENGINE_PORT,
     HOST_NAMES,
-    IMAGE_REPO,
-    LANES_ENV,
     LINK_PREFIX,
     PREFIX,
-    REGISTRY,
     ROOT_ADDRESS,
-    STANDIN_ARGS,
     SUBNET,
     RigError,
     cleanup_stale,
@@ -55,9 +47,13 @@ from tests.rig.machine import (
     sh,
     stop_pid,
 )
+from tests.rig.registry import Images, Registry
+from tests.rig.staterepo import StateRepo, lane_body
 
 REPO = Path(__file__).resolve().parents[2]
-LANES = REPO / ".venv" / "bin" / "lanes"
+
+INSPECT_ALL = 'ids=$(docker ps -aq) && if [ -n "$ids" ]; then docker inspect $ids; else echo "[]"; fi'
+"""A constant script (no field of ours in it): inspect every container of a host."""
 
 @dataclass
 class RigHost:
@@ -87,48 +83,12 @@ class RigHost:
 
 
 @dataclass
-class Images:
-    """The stand-in image in the rig's registry: two tags with different content, by digest."""
-
-    v1: str
-    v2: str
-    missing: str
-    """A well-formed digest reference the registry does not hold."""
-
-
-@dataclass
-class LaneRun:
-    """One `lanes` invocation."""
-
-    argv: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-    def json(self) -> dict[str, Any]:
-        # The one JSON object starts at a line that is "{"; structlog lines may precede it
-        # (the CLI does not configure structlog, whose default logger prints to stdout).
-        start = self.stdout.find("{") if self.stdout.startswith("{") else self.stdout.find("\n{") + 1
-        try:
-            data: dict[str, Any] = json.loads(self.stdout[start:] if start >= 0 else self.stdout)
-        except ValueError as exc:
-            raise AssertionError(f"not JSON from {shlex.join(self.argv)} (exit {self.returncode}):\n"
-                                 f"{self.stdout[-3000:]}\nstderr:\n{self.stderr[-3000:]}") from exc
-        return data
-
-    def describe(self) -> str:
-        return (f"$ {shlex.join(self.argv)}\nexit {self.returncode} after {self.seconds:.1f} s\n"
-                f"stdout:\n{self.stdout[-4000:]}\nstderr:\n{self.stderr[-4000:]}")
-
-
-@dataclass
 class Rig:
     rig_id: str = field(default_factory=lambda: f"{PREFIX}-{os.getpid()}")
     folder: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / f"{PREFIX}-{os.getpid()}")
     hosts: dict[str, RigHost] = field(default_factory=dict)
     images: Images | None = None
-    registry_proc: subprocess.Popen[bytes] | None = None
+    registry: Registry | None = None
     timings: dict[str, float] = field(default_factory=dict)
     db_name: str = "main"
     _made_bridge: bool = False
@@ -174,16 +134,12 @@ class Rig:
         return self.folder / "build"
 
     @property
-    def work_repo(self) -> Path:
-        return self.folder / "state-work"
-
-    @property
-    def forge(self) -> Path:
-        return self.folder / "forge.git"
+    def repo(self) -> StateRepo:
+        return StateRepo(self.folder)
 
     @property
     def clone(self) -> Path:
-        return self.folder / "state-clone"
+        return self.repo.clone
 
     # ---- build -------------------------------------------------------------------------------
 
@@ -199,14 +155,17 @@ class Rig:
         for host in self.hosts.values():
             self._start_sshd(host)
         self._write_known_hosts()
-        self._start_registry()
+        self.registry = Registry(self.folder)
+        self.registry.start()
         self.timings["hosts"] = time.monotonic() - t0
-        self.images = self._build_images()
+        self.images = self.registry.push_standin_images(REPO, self.folder / "image", self.build_store, self.rig_id)
         self.timings["images"] = time.monotonic() - t0
         for folder in (self.model_path, self.hf_cache, self.state_on_host):
             folder.mkdir(parents=True, exist_ok=True)
         (self.model_path / "config.json").write_text('{"architectures": ["TinyForCausalLM"]}\n')
-        self._init_state_repo()
+        self.repo.init(policies=REPO / "policies", hosts={h.name: h.address for h in self.hosts.values()},
+                       model_path=self.model_path, hf_cache=self.hf_cache, state_on_host=self.state_on_host,
+                       label=self.rig_id)
         self._check_hosts()
         self.timings["setup"] = time.monotonic() - t0
 
@@ -293,59 +252,9 @@ class Rig:
             lines.append(f"{host.address} {keytype} {key}")
         self.known_hosts.write_text("\n".join(lines) + "\n")
 
-    def _start_registry(self) -> None:
-        config = self.folder / "registry.yml"
-        config.write_text(json.dumps({
-            "version": 0.1,
-            "log": {"level": "warn", "accesslog": {"disabled": True}},
-            "storage": {"filesystem": {"rootdirectory": str(self.folder / "registry")}, "delete": {"enabled": True}},
-            "http": {"addr": REGISTRY},
-        }))
-        with (self.folder / "registry.log").open("ab") as log:
-            self.registry_proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log,
-                                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        (self.folder / "registry.pid").write_text(f"{self.registry_proc.pid}\n")
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if httpx.get(f"http://{REGISTRY}/v2/", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.registry_proc.poll() is not None or time.monotonic() > deadline:
-                raise RigError(f"docker-registry did not come up: {(self.folder / 'registry.log').read_text()}")
-            time.sleep(0.05)
-
-    def _build_images(self) -> Images:
-        work = self.folder / "image"
-        root = work / "rootfs"
-        root.mkdir(parents=True)
-        image.build_rootfs(REPO, root, work)
-        refs = {}
-        for tag in ("v1", "v2"):
-            tar = work / f"{tag}.tar"
-            image.write_tar(root, tar, {"etc/lanes-rig-image": f"{self.rig_id} {tag}\n"})
-            name = f"{REGISTRY}/{IMAGE_REPO}:{tag}"
-            podman_local(self.build_store, "import", "--change", "ENV PATH=/usr/local/bin:/usr/bin:/bin",
-                         "--change", "ENV STANDIN_LOAD_S=0.5", "--change", "ENV STANDIN_TG_TPS=500",
-                         "--change", f"ENV STANDIN_VERSION=rig-{tag}",
-                         "--change", 'CMD ["python3", "-m", "reconciler.sim.standin"]', str(tar), name)
-            podman_local(self.build_store, "push", "--tls-verify=false", name)
-            refs[tag] = f"{REGISTRY}/{IMAGE_REPO}@{self.registry_digest(tag)}"
-        missing = "sha256:" + hashlib.sha256(f"{self.rig_id} never pushed".encode()).hexdigest()
-        return Images(v1=refs["v1"], v2=refs["v2"], missing=f"{REGISTRY}/{IMAGE_REPO}@{missing}")
-
     def registry_digest(self, tag: str) -> str:
-        accept = ", ".join([
-            "application/vnd.oci.image.manifest.v1+json",
-            "application/vnd.docker.distribution.manifest.v2+json",
-            "application/vnd.oci.image.index.v1+json",
-            "application/vnd.docker.distribution.manifest.list.v2+json",
-        ])
-        r = httpx.head(f"http://{REGISTRY}/v2/{IMAGE_REPO}/manifests/{tag}", headers={"Accept": accept}, timeout=5)
-        if r.status_code != 200 or "docker-content-digest" not in r.headers:
-            raise RigError(f"registry has no manifest for {IMAGE_REPO}:{tag} (HTTP {r.status_code})")
-        return r.headers["docker-content-digest"]
+        assert self.registry is not None
+        return self.registry.digest(tag)
 
     def _check_hosts(self) -> None:
         """Every host answers over ssh, with our docker wrapper first on its PATH and a python3."""
@@ -355,87 +264,17 @@ class Rig:
             if lines != [str(self.folder / "bin" / "docker"), host.name, "1"]:
                 raise RigError(f"{host.name}: unexpected shell environment over ssh: {out.stdout!r} {out.stderr!r}")
 
-    # ---- state repository ------------------------------------------------------------------------
-
-    def _git(self, *args: str, cwd: Path | None = None) -> str:
-        env = {**os.environ, "GIT_AUTHOR_NAME": "rig", "GIT_AUTHOR_EMAIL": "rig@lanes.invalid",
-               "GIT_COMMITTER_NAME": "rig", "GIT_COMMITTER_EMAIL": "rig@lanes.invalid",
-               "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-        return sh(["git", *args], cwd=cwd, env=env).stdout.strip()
-
-    def _init_state_repo(self) -> None:
-        self._git("init", "-q", "--bare", "-b", "main", str(self.forge))
-        self._git("init", "-q", "-b", "main", str(self.work_repo))
-        work = self.work_repo
-        shutil.copytree(REPO / "policies", work / "policies")
-        state = work / "state"
-        (state / "hosts").mkdir(parents=True)
-        (state / "models").mkdir()
-        (state / "lanes").mkdir()
-        write_json_yaml(state / "fleet.yaml", {
-            "ssh_user": "root", "ssh_port": 22, "network_interface": "eth0", "hf_cache": str(self.hf_cache),
-            "state_dir_on_host": str(self.state_on_host), "lease_ttl_s": 300,
-        })
-        for host in self.hosts.values():
-            write_json_yaml(state / "hosts" / f"{host.name}.yaml", {
-                "address": host.address, "hardware": "gb10", "labels": {"rig": self.rig_id},
-            })
-        write_json_yaml(state / "models" / "tiny.yaml", {
-            "hf_repo": "lanes-rig/tiny", "revision": "0" * 40, "path": str(self.model_path),
-            "weight_bytes": 64 * 1024 * 1024, "quantization": "bf16",
-            "architecture": {"layers": 2, "attention": "gqa", "num_heads": 4, "kv_heads": 2, "head_dim": 64,
-                             "hidden_size": 256},
-        })
-        self._git("add", "-A", cwd=work)
-        self._git("commit", "-q", "-m", "rig: fleet, hosts, model, policies", cwd=work)
-        self._git("remote", "add", "origin", str(self.forge), cwd=work)
-        self._git("push", "-q", "origin", "main", cwd=work)
-        self._git("clone", "-q", str(self.forge), str(self.clone))
+    # ---- state repository -------------------------------------------------------------------------
 
     def publish(self, lanes: Mapping[str, Mapping[str, Any]], message: str) -> str:
-        """Commit exactly these lanes in the work repo, `git push` to the forge, pull the clone. Returns the sha."""
-        folder = self.work_repo / "state" / "lanes"
-        for old in folder.glob("*.yaml"):
-            old.unlink()
-        for name, body in lanes.items():
-            write_json_yaml(folder / f"{name}.yaml", body)
-        self._git("add", "-A", cwd=self.work_repo)
-        self._git("commit", "-q", "--allow-empty", "-m", message, cwd=self.work_repo)
-        self._git("push", "-q", "origin", "main", cwd=self.work_repo)
-        self._git("pull", "-q", "--ff-only", cwd=self.clone)
-        sha = self._git("rev-parse", "HEAD", cwd=self.clone)
-        if sha != self._git("rev-parse", "HEAD", cwd=self.work_repo):
-            raise RigError("the clone did not get the pushed commit")
-        return sha
+        """Commit these lanes (and only these), `git push` them to the forge; the sha lanes will see."""
+        return self.repo.publish(lanes, message)
 
-    def lane(self, name: str, hosts: Sequence[str], *, image_ref: str | None = None, port: int = ENGINE_PORT,
-             desired: str = "running", env: Mapping[str, str] | None = None, args: Sequence[str] | None = None,
-             mounts: Sequence[Mapping[str, Any]] = (), health: Mapping[str, float] | None = None,
-             served: str | None = None) -> dict[str, Any]:
-        """A generic-engine lane whose command is the stand-in."""
+    def lane(self, name: str, hosts: Sequence[str], *, image_ref: str | None = None, **fields: Any
+             ) -> dict[str, Any]:
+        """A stand-in lane (see `staterepo.lane_body`), on the v1 image unless told otherwise."""
         assert self.images is not None
-        served_name = served or f"{name}-model"
-        command = list(args) if args is not None else [
-            *STANDIN_ARGS, "--port", str(port), "--served-model-name", served_name]
-        return {
-            "description": f"rig lane {name}",
-            "desired": desired,
-            "engine": "generic",
-            "engine_version": "0.0.0+standin",
-            "image": image_ref or self.images.v1,
-            "model": "tiny",
-            "served_model_name": served_name,
-            "hosts": list(hosts),
-            "tp": len(hosts),
-            "max_model_len": 4096,
-            "gpu_memory_utilization": 0.3,
-            "port": port,
-            "args": command,
-            "env": dict(env or {}),
-            "mounts": [dict(m) for m in mounts],
-            "health": dict(health or {"port_timeout_s": 30, "ready_timeout_s": 30, "models_timeout_s": 15,
-                                      "completion_timeout_s": 15, "poll_interval_s": 0.25}),
-        }
+        return lane_body(name, hosts, image_ref or self.images.v1, **fields)
 
     # ---- driving -------------------------------------------------------------------------------
 
@@ -454,41 +293,18 @@ class Rig:
         return self.ssh(host, ["docker", *args], check=check)
 
     def containers(self, host: str) -> list[dict[str, Any]]:
-        """`docker inspect` of every container on a host (over ssh), sorted by name."""
-        ids = self.docker(host, "ps", "-aq").stdout.split()
-        if not ids:
-            return []
-        info: list[dict[str, Any]] = json.loads(self.docker(host, "inspect", *ids).stdout)
+        """`docker inspect` of every container on a host, in one ssh round trip, sorted by name."""
+        out = self.ssh(host, ["sh", "-c", INSPECT_ALL]).stdout
+        info: list[dict[str, Any]] = json.loads(out or "[]")
         return sorted(info, key=lambda c: str(c.get("Name", "")))
 
     def lanes(self, *args: str, timeout: float = 240.0) -> LaneRun:
-        argv = [str(LANES), *args]
-        t0 = time.monotonic()
-        result = sh(argv, check=False, timeout=timeout, cwd=self.folder, env=LANES_ENV)
-        return LaneRun(argv, result.returncode, result.stdout, result.stderr, time.monotonic() - t0)
+        return run_lanes(args, cwd=self.folder, timeout=timeout)
 
     def apply_watching(self, on_progress: Callable[[str], None], *extra: str, timeout: float = 240.0) -> LaneRun:
-        """`lanes apply --json`, calling `on_progress` with each progress line (stderr) as it comes."""
-        argv = [str(LANES), "apply", *self.connect_args(), "--yes", "--json", *extra]
-        t0 = time.monotonic()
-        with tempfile.TemporaryFile("w+") as out, subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=self.folder,
-                env=LANES_ENV) as proc:
-            assert proc.stderr is not None
-            lines = []
-            try:
-                for line in proc.stderr:
-                    lines.append(line)
-                    on_progress(line)
-                    if time.monotonic() - t0 > timeout:
-                        raise RigError(f"lanes apply ran over {timeout} s")
-                proc.wait(timeout=max(timeout - (time.monotonic() - t0), 1))
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-            out.seek(0)
-            return LaneRun(argv, proc.returncode, out.read(), "".join(lines), time.monotonic() - t0)
+        """`lanes apply --json`, calling `on_progress` with each progress line as it comes."""
+        return run_lanes_watching(["apply", *self.connect_args(), "--yes", "--json", *extra], on_progress,
+                                  cwd=self.folder, timeout=timeout)
 
     def connect_args(self) -> list[str]:
         return ["--repo", str(self.clone), "--db", str(self.db), "--known-hosts", str(self.known_hosts),
@@ -534,11 +350,12 @@ class Rig:
         self._start_sshd(h, new_key=False)
 
     def reset(self, name: str) -> None:
-        """Between tests: every link up, no container nor image on any host, a fresh journal named after the test."""
+        """Between tests: every link up, no container on any host, no v2 image, a fresh journal named after the test."""
         for host in self.hosts.values():
             self.set_link(host.name, True)
             podman_local(host.folder, "rm", "-af", "-t", "0", check=False)
-            podman_local(host.folder, "rmi", "-af", check=False)
+            if self.images is not None:  # v1 stays pulled (fast tests); v2 must be pulled by a test itself
+                podman_local(host.folder, "rmi", "-f", self.images.v2, check=False)
         self.db_name = name
         self.db.unlink(missing_ok=True)
 
@@ -560,18 +377,8 @@ class Rig:
                 podman_local(h.folder, "rmi", "-af", check=False)))
         for host in self.hosts.values():
             step(f"sshd of {host.name}", lambda h=host: self.stop_sshd(h))
-        if self.registry_proc is not None:
-            proc = self.registry_proc
-
-            def stop_registry() -> None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
-
-            step("registry", stop_registry)
+        if self.registry is not None:
+            step("registry", self.registry.stop)
         for host in self.hosts.values():
             step(f"netns {host.netns}", lambda h=host: sh(["ip", "netns", "delete", h.netns], check=False))
             step(f"veth {host.veth}", lambda h=host: delete_link(h.veth))
@@ -582,11 +389,6 @@ class Rig:
         if self.folder.exists():
             step("rig folder", lambda: remove_rig_dir(self.folder))
         return problems
-
-
-def write_json_yaml(path: Path, body: Mapping[str, Any]) -> None:
-    """JSON is YAML: every string (newlines, quotes, `$(...)`) round-trips exactly, escaped."""
-    path.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
 
 
 @contextlib.contextmanager

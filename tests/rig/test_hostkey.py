@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.rig.fleet import converged, fleet_view, quad_and_solo, result_of, status_of
+from tests.rig.fleet import deployed, quad_and_solo, result_of, running, status_of
 from tests.rig.rig import Rig
 
 pytestmark = [pytest.mark.rig, pytest.mark.timeout(300)]
@@ -13,8 +13,8 @@ pytestmark = [pytest.mark.rig, pytest.mark.timeout(300)]
 def test_a_replaced_host_key_is_refused_and_nothing_runs_on_that_host(rig: Rig) -> None:
     assert rig.images is not None
     rig.publish(quad_and_solo(rig), "v1 everywhere")
-    converged(rig)
-    rig4_before = {n: (c.id, c.spec, c.started_at) for n, c in fleet_view(rig)["rig4"].items()}
+    deployed(rig)
+    rig4_before = {n: (c.id, c.spec, c.started_at) for n, c in running(rig, "rig4").items()}
     rig.replace_host_key("rig4")
     try:
         # The real ssh client agrees: the pinned key no longer matches.
@@ -38,4 +38,4 @@ def test_a_replaced_host_key_is_refused_and_nothing_runs_on_that_host(rig: Rig) 
         assert "host key" in (rig.plan().json()["lanes"][0]["reason"])
     finally:
         rig.restore_host_key("rig4")
-    assert {n: (c.id, c.spec, c.started_at) for n, c in fleet_view(rig)["rig4"].items()} == rig4_before
+    assert {n: (c.id, c.spec, c.started_at) for n, c in running(rig, "rig4").items()} == rig4_before

@@ -10,6 +10,7 @@ import pytest
 from tests.rig.fleet import (
     QUAD_HOSTS,
     converged,
+    deployed,
     digest_of,
     fleet_view,
     quad_and_solo,
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.rig, pytest.mark.timeout(300)]
 def test_an_image_bump_is_pulled_by_digest_on_every_rank_host(rig: Rig) -> None:
     assert rig.images is not None
     rig.publish(quad_and_solo(rig), "quad on v1")
-    converged(rig)
+    deployed(rig)
     v2 = digest_of(rig.images.v2)
     assert v2 != digest_of(rig.images.v1)
     for host in QUAD_HOSTS:
@@ -35,8 +36,9 @@ def test_an_image_bump_is_pulled_by_digest_on_every_rank_host(rig: Rig) -> None:
 
     assert result_of(run, "quad")["result"] == "applied"
     assert result_of(run, "solo")["result"] == "noop", "solo kept its image"
+    view = fleet_view(rig)
     for rank, host in enumerate(QUAD_HOSTS):
-        quad = fleet_view(rig)[host][f"lanes-quad-r{rank}"]
+        quad = view[host][f"lanes-quad-r{rank}"]
         assert (quad.image_digest, quad.image_name, quad.labels["lanes.commit"]) == (v2, rig.images.v2, sha)
         info = json.loads(rig.docker(host, "image", "inspect", rig.images.v2).stdout)
         assert any(d.endswith("@" + v2) for d in info[0]["RepoDigests"]), info[0]["RepoDigests"]
@@ -51,7 +53,7 @@ def test_an_image_bump_is_pulled_by_digest_on_every_rank_host(rig: Rig) -> None:
 def test_a_digest_missing_from_the_registry_fails_the_lane_and_keeps_the_old_ranks(rig: Rig) -> None:
     assert rig.images is not None
     rig.publish(quad_and_solo(rig), "quad on v1")
-    converged(rig)
+    deployed(rig)
     before = fleet_view(rig)
     missing = digest_of(rig.images.missing)
     head = httpx.head(f"http://{rig.images.missing.split('/')[0]}/v2/lanes/standin/manifests/{missing}", timeout=5)
@@ -70,5 +72,5 @@ def test_a_digest_missing_from_the_registry_fails_the_lane_and_keeps_the_old_ran
         assert {n: (c.id, c.status, c.image_digest) for n, c in after[host].items()} == {
             n: (c.id, "running", c.image_digest) for n, c in before[host].items()}, host
     row = status_of(rig, "quad")
-    assert row["health"] == "healthy", "the old ranks still serve"
+    assert row["health"] in {"healthy", "degraded"}, "the old ranks still serve (not the desired spec)"
     assert missing in row["last_error"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rig.fleet import converged, fleet_view, result_of, served_models
+from tests.rig.fleet import converged, result_of, running, served_models
 from tests.rig.machine import STANDIN_ARGS
 from tests.rig.rig import Rig
 
@@ -35,7 +35,7 @@ def test_metacharacters_reach_the_container_argv_env_and_mounts_literally(rig: R
     args = [*STANDIN_ARGS, "--port", "8000", "--served-model-name", served, "--note", *words]
     env = {f"RIG_NASTY_{i}": word for i, word in enumerate(words)}
     source = rig.folder / f"mount $(touch {marker}); `touch {marker}` 'q' \"dq\"\nnewline"
-    source.mkdir()
+    source.mkdir(parents=True)
     target = f"/mnt/odd $(touch {marker}); `touch {marker}` 'q' \"dq\""
     mounts = [{"source": str(source), "target": target, "read_only": True}]
     sha = rig.publish({"odd": rig.lane("odd", ["rig3"], args=args, env=env, mounts=mounts, served=served)},
@@ -44,7 +44,7 @@ def test_metacharacters_reach_the_container_argv_env_and_mounts_literally(rig: R
     run = converged(rig)
 
     assert result_of(run, "odd")["result"] == "applied", run.describe()
-    c = fleet_view(rig)["rig3"]["lanes-odd-r0"]
+    c = running(rig, "rig3")["lanes-odd-r0"]
     assert [c.path, *c.args] == args
     for name, value in env.items():
         assert f"{name}={value}" in c.env

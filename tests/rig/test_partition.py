@@ -6,21 +6,22 @@ import time
 
 import pytest
 
-from tests.rig.fleet import QUAD_HOSTS, converged, digest_of, fleet_view, quad_and_solo, result_of, status_of
+from tests.rig.fleet import QUAD_HOSTS, converged, deployed, digest_of, fleet_view, quad_and_solo, result_of, status_of
 from tests.rig.rig import Rig
 
 pytestmark = [pytest.mark.rig, pytest.mark.timeout(300)]
 
-GATE = {"port_timeout_s": 8, "ready_timeout_s": 8, "models_timeout_s": 5, "completion_timeout_s": 5,
+GATE = {"port_timeout_s": 5, "ready_timeout_s": 8, "models_timeout_s": 5, "completion_timeout_s": 5,
         "poll_interval_s": 0.25}
 
 
 def test_a_head_partitioned_during_the_readiness_wait_is_rolled_back_and_converges_after(rig: Rig) -> None:
     assert rig.images is not None
     rig.publish(quad_and_solo(rig), "v1 everywhere")
-    converged(rig)
-    v1_specs = {h: fleet_view(rig)[h][f"lanes-quad-r{r}"].spec for r, h in enumerate(QUAD_HOSTS)}
-    solo_before = fleet_view(rig)["rig2"]["lanes-solo-r0"]
+    deployed(rig)
+    before = fleet_view(rig)
+    v1_specs = {h: before[h][f"lanes-quad-r{r}"].spec for r, h in enumerate(QUAD_HOSTS)}
+    solo_before = before["rig2"]["lanes-solo-r0"]
     rig.publish(quad_and_solo(rig, image_ref=rig.images.v2, quad_env={"STANDIN_PORT_DELAY_S": "1"},
                               quad_health=GATE), "quad: v2")
     events: list[tuple[str, float]] = []
@@ -60,6 +61,7 @@ def test_a_head_partitioned_during_the_readiness_wait_is_rolled_back_and_converg
     assert retry.returncode == 0, retry.describe()
     run = converged(rig)
     assert result_of(run, "quad")["result"] == "applied"
+    after = fleet_view(rig)
     for rank, host in enumerate(QUAD_HOSTS):
-        assert fleet_view(rig)[host][f"lanes-quad-r{rank}"].image_digest == digest_of(rig.images.v2)
+        assert after[host][f"lanes-quad-r{rank}"].image_digest == digest_of(rig.images.v2)
     assert status_of(rig, "quad")["health"] == "healthy"

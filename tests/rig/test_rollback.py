@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.rig.fleet import QUAD_HOSTS, applies, converged, fleet_view, quad_and_solo, result_of, status_of
+from tests.rig.fleet import QUAD_HOSTS, applies, deployed, fleet_view, quad_and_solo, result_of, status_of
 from tests.rig.rig import Rig
 
 pytestmark = [pytest.mark.rig, pytest.mark.timeout(300)]
@@ -15,9 +15,10 @@ SHORT_HEALTH = {"port_timeout_s": 20, "ready_timeout_s": 4, "models_timeout_s": 
 
 def test_a_head_that_never_becomes_healthy_is_rolled_back_on_every_host(rig: Rig) -> None:
     rig.publish(quad_and_solo(rig), "quad healthy on v1")
-    converged(rig)
-    healthy = {host: fleet_view(rig)[host][f"lanes-quad-r{rank}"].spec for rank, host in enumerate(QUAD_HOSTS)}
-    solo_before = fleet_view(rig)["rig2"]["lanes-solo-r0"]
+    deployed(rig)
+    before = fleet_view(rig)
+    healthy = {host: before[host][f"lanes-quad-r{rank}"].spec for rank, host in enumerate(QUAD_HOSTS)}
+    solo_before = before["rig2"]["lanes-solo-r0"]
 
     rig.publish(quad_and_solo(rig, quad_env={"STANDIN_NEVER_HEALTHY": "1"}, quad_health=SHORT_HEALTH),
                 "quad: an engine switch that never gets healthy")

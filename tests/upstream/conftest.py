@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import structlog
 
 from reconciler.upstream.base import Clock, PollSettings
 from reconciler.upstream.store import UpstreamStore
@@ -36,6 +37,14 @@ class VirtualClock:
 
     def clock(self) -> Clock:
         return Clock(now=self.now, sleep=self.sleep, rng=random.Random(7))
+
+
+@pytest.fixture(autouse=True)
+def plain_structlog() -> Iterator[None]:
+    """CLI tests configure structlog onto the runner's stderr, which closes after them: start and end clean."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture

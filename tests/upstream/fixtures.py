@@ -11,7 +11,14 @@ import pygit2
 from reconciler.upstream.store import HeadRecord, ReleaseRecord, UpstreamStore
 from tests.gitrepo import commit_files
 
-VLLM_DATES = {27: "2026-06-24", 28: "2026-07-15", 29: "2026-08-05", 30: "2026-08-26", 31: "2026-09-23", 32: "2026-10-18"}
+VLLM_DATES = {
+    27: "2026-06-24",
+    28: "2026-07-15",
+    29: "2026-08-05",
+    30: "2026-08-26",
+    31: "2026-09-23",
+    32: "2026-10-18",
+}
 """vLLM 0.27.0 .. 0.32.0; the note gives 2026-10-18 for 0.32.0, the earlier dates are placeholders."""
 EUGR_COMMIT = "8244d1c44" + "5f0e3a7b21c9d84e6f1a0b3c57d2e9f4a6b8"[:31]
 
@@ -24,20 +31,44 @@ def feed_note_releases(store: UpstreamStore) -> None:
     """What the pollers would have recorded by 2026-10-23, the date of the note."""
     for minor, day in VLLM_DATES.items():
         tag = f"v0.{minor}.0"
-        store.record_release(ReleaseRecord("vllm-releases", tag, f"0.{minor}.0", published=f"{day}T17:00:00Z",
-                                           url=f"https://github.com/vllm-project/vllm/releases/tag/{tag}",
-                                           notes_url=f"https://github.com/vllm-project/vllm/releases/tag/{tag}",
-                                           first_seen=epoch(day)))
-    for tag, day, pre in (("v0.5.21", "2026-09-10", False), ("v0.5.22", "2026-10-19", False),
-                          ("v0.6.0rc1", "2026-10-21", True)):
-        store.record_release(ReleaseRecord("sglang-releases", tag, tag[1:], published=f"{day}T08:00:00Z",
-                                           prerelease=pre, first_seen=epoch(day)))
+        store.record_release(
+            ReleaseRecord(
+                "vllm-releases",
+                tag,
+                f"0.{minor}.0",
+                published=f"{day}T17:00:00Z",
+                url=f"https://github.com/vllm-project/vllm/releases/tag/{tag}",
+                notes_url=f"https://github.com/vllm-project/vllm/releases/tag/{tag}",
+                first_seen=epoch(day),
+            )
+        )
+    for tag, day, pre in (
+        ("v0.5.21", "2026-09-10", False),
+        ("v0.5.22", "2026-10-19", False),
+        ("v0.6.0rc1", "2026-10-21", True),
+    ):
+        store.record_release(
+            ReleaseRecord(
+                "sglang-releases", tag, tag[1:], published=f"{day}T08:00:00Z", prerelease=pre, first_seen=epoch(day)
+            )
+        )
     # vLLM main: the head seen on 2026-10-15 is the eugr build's commit; a day later two more landed.
-    base = HeadRecord("vllm-main", "main", EUGR_COMMIT, epoch("2026-10-15"),
-                      ((EUGR_COMMIT, "[Kernel] b12x MoE for SM121"),), epoch("2026-10-15"))
-    later = HeadRecord("vllm-main", "main", "b" * 40, epoch("2026-10-16"),
-                       (("b" * 40, "[Docs] DCP on GB10"), ("c" * 40, "[Bugfix] NVFP4 KV scale")),
-                       epoch("2026-10-16"))
+    base = HeadRecord(
+        "vllm-main",
+        "main",
+        EUGR_COMMIT,
+        epoch("2026-10-15"),
+        ((EUGR_COMMIT, "[Kernel] b12x MoE for SM121"),),
+        epoch("2026-10-15"),
+    )
+    later = HeadRecord(
+        "vllm-main",
+        "main",
+        "b" * 40,
+        epoch("2026-10-16"),
+        (("b" * 40, "[Docs] DCP on GB10"), ("c" * 40, "[Bugfix] NVFP4 KV scale")),
+        epoch("2026-10-16"),
+    )
     store.record_head(base)
     store.record_head(later)
 

@@ -64,7 +64,7 @@ class LocalServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
             def _serve(self) -> None:
@@ -131,8 +131,11 @@ class FakeGitHub:
         )
 
     def quota(self) -> dict[str, str]:
-        return {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": str(self.remaining),
-                "x-ratelimit-reset": str(self.reset)}
+        return {
+            "x-ratelimit-limit": "5000",
+            "x-ratelimit-remaining": str(self.remaining),
+            "x-ratelimit-reset": str(self.reset),
+        }
 
     def __call__(self, req: Request) -> Reply:
         if self.queued:
@@ -144,7 +147,7 @@ class FakeGitHub:
             return Reply.json(404, {"message": "Not Found"})
         per_page, page = int(req.query.get("per_page", 30)), int(req.query.get("page", 1))
         items = self.releases[repo][(page - 1) * per_page : page * per_page]
-        etag = '"' + hashlib.sha1(json.dumps([items, per_page, page]).encode()).hexdigest() + '"'  # noqa: S324
+        etag = '"' + hashlib.sha1(json.dumps([items, per_page, page]).encode()).hexdigest() + '"'
         if req.headers.get("if-none-match") == etag:
             return Reply(304, {"ETag": etag, **self.quota()})  # a 304 costs no quota
         self.remaining -= 1
@@ -166,9 +169,18 @@ MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 
 def index_manifest(seed: str) -> bytes:
     digest = "sha256:" + hashlib.sha256(seed.encode()).hexdigest()
-    doc = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [
-        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest, "size": 1234,
-         "platform": {"architecture": "arm64", "os": "linux"}}]}
+    doc = {
+        "schemaVersion": 2,
+        "mediaType": INDEX,
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": 1234,
+                "platform": {"architecture": "arm64", "os": "linux"},
+            }
+        ],
+    }
     return json.dumps(doc, indent=2).encode()
 
 
@@ -220,7 +232,9 @@ class FakeRegistry:
             return self._challenge(req, repo)
         if repo not in self.manifests:
             return Reply.json(404, {"errors": [{"code": "NAME_UNKNOWN"}]})
-        extra = {"ratelimit-limit": "100;w=21600", "ratelimit-remaining": self.hub_remaining} if self.hub_remaining else {}
+        extra = (
+            {"ratelimit-limit": "100;w=21600", "ratelimit-remaining": self.hub_remaining} if self.hub_remaining else {}
+        )
         if kind == "tags":
             return self._tags(req, repo, extra)
         if ref not in self.manifests[repo]:
@@ -271,8 +285,14 @@ class FakeForge:
         self.posts.append(req)
         body = req.json()
         number = len(self.pulls) + 1
-        pull = {"number": number, "state": "open", "title": body["title"], "body": body["body"],
-                "head": {"ref": body["head"]}, "base": {"ref": body["base"]},
-                "html_url": f"https://forge.example/{self.repo}/pulls/{number}"}
+        pull = {
+            "number": number,
+            "state": "open",
+            "title": body["title"],
+            "body": body["body"],
+            "head": {"ref": body["head"]},
+            "base": {"ref": body["base"]},
+            "html_url": f"https://forge.example/{self.repo}/pulls/{number}",
+        }
         self.pulls.append(pull)
         return Reply.json(201, pull)

@@ -79,10 +79,19 @@ def test_lanes_upstream_prints_the_table_and_its_json(tmp_path: Path) -> None:
     assert lanes[PRODUCTION]["days_behind"] == 20 and lanes[GLM]["releases_behind"] == 6
     assert lanes[EUGR]["summary"].startswith("essentially current") and out["polled"] == []
 
-    text = runner.invoke(app, ["upstream", "--repo", str(tmp_path / "state-repo"), "--db", str(db)], env={"COLUMNS": "250"})
+    text = runner.invoke(
+        app, ["upstream", "--repo", str(tmp_path / "state-repo"), "--db", str(db)], env={"COLUMNS": "250"}
+    )
     assert text.exit_code == 0, text.output
-    for expected in ("Where we are", "20 days (~3 weeks)", "6 releases behind (6 minor)", "essentially current",
-                     "0.27.0, 0.28.0, 0.29.0, 0.30.0, 0.31.0, 0.32.0", "@f617afd8", "sglang-releases: 0.5.22"):
+    for expected in (
+        "Where we are",
+        "20 days (~3 weeks)",
+        "6 releases behind (6 minor)",
+        "essentially current",
+        "0.27.0, 0.28.0, 0.29.0, 0.30.0, 0.31.0, 0.32.0",
+        "@f617afd8",
+        "sglang-releases: 0.5.22",
+    ):
         assert expected in text.stdout, (expected, text.stdout)
 
 
@@ -103,14 +112,27 @@ def test_refresh_polls_every_source_with_a_progress_line_each(
     files = repo_files()
     files["state/upstreams.yaml"] = local_upstreams(github.url, registry.host, bare["vllm-main"], bare["flare-main"])
     make_state_repo(tmp_path / "state-repo", files)
-    args = ["upstream", "--repo", str(tmp_path / "state-repo"), "--db", str(tmp_path / "lanes.db"),
-            "--data-dir", str(tmp_path / "mirrors"), "--refresh", "--json"]
+    args = [
+        "upstream",
+        "--repo",
+        str(tmp_path / "state-repo"),
+        "--db",
+        str(tmp_path / "lanes.db"),
+        "--data-dir",
+        str(tmp_path / "mirrors"),
+        "--refresh",
+        "--json",
+    ]
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert {p["source"]: p["status"] for p in out["polled"]} == {
-        "sglang-releases": "new", "vllm-releases": "new", "vllm-main": "new", "flare-main": "new",
-        "eugr-b12x": "new", "sglang-images": "new",
+        "sglang-releases": "new",
+        "vllm-releases": "new",
+        "vllm-main": "new",
+        "flare-main": "new",
+        "eugr-b12x": "new",
+        "sglang-images": "new",
     }
     for name in ("sglang-releases", "vllm-releases", "vllm-main", "flare-main", "eugr-b12x", "sglang-images"):
         assert f"{name} (" in result.stderr

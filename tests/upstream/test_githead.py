@@ -51,8 +51,12 @@ async def test_each_new_head_is_recorded_with_the_subjects_since_the_last(
     again = await poll_git_head(flare(up), store, settings, vclock.clock())
     assert again.status == "unchanged" and len(store.heads("flare-main")) == 1
 
-    batch = ["Preset DeepSeek V4.1 packed GPU speculation", "adaptive verification scoring alpha",
-             "resume preparation checkpoints", "Serve and prepare over hosts cabled as a chain"]
+    batch = [
+        "Preset DeepSeek V4.1 packed GPU speculation",
+        "adaptive verification scoring alpha",
+        "resume preparation checkpoints",
+        "Serve and prepare over hosts cabled as a chain",
+    ]
     shas = [commit(up, s, 1_792_100_000 + i) for i, s in enumerate(batch)]
     vclock.advance(1800)
     moved = await poll_git_head(flare(up), store, settings, vclock.clock())

@@ -11,7 +11,8 @@ import pytest
 from reconciler.errors import PermanentError
 from reconciler.spec.upstream import OCIRepository
 from reconciler.upstream.base import PollSettings
-from reconciler.upstream.oci import ImageReference, poll_oci, resolve_image
+from reconciler.upstream.oci import poll_oci
+from reconciler.upstream.registry import ImageReference, resolve_image
 from reconciler.upstream.store import UpstreamStore
 from tests.upstream.conftest import NOW, VirtualClock
 from tests.upstream.servers import INDEX, MANIFEST_LIST, App, FakeRegistry, LocalServer
@@ -24,13 +25,23 @@ TAGS = ["nightly-20261013", "nightly-20261014", "nightly-20261015", "latest", "b
 
 def oci_source(server: LocalServer, **extra: object) -> OCIRepository:
     return OCIRepository.model_validate(
-        {"kind": "oci", "name": "eugr-b12x", "registry": server.host, "repository": REPO, "insecure": True,
-         "tag_filter": "^nightly-", **extra}
+        {
+            "kind": "oci",
+            "name": "eugr-b12x",
+            "registry": server.host,
+            "repository": REPO,
+            "insecure": True,
+            "tag_filter": "^nightly-",
+            **extra,
+        }
     )
 
 
 async def test_token_flow_then_paged_tags_then_a_head_per_new_tag_for_the_index_digest(
-    serve: Callable[[App], LocalServer], store: UpstreamStore, settings: PollSettings, client: httpx.AsyncClient,
+    serve: Callable[[App], LocalServer],
+    store: UpstreamStore,
+    settings: PollSettings,
+    client: httpx.AsyncClient,
     vclock: VirtualClock,
 ) -> None:
     registry = FakeRegistry({REPO: TAGS})
@@ -39,8 +50,11 @@ async def test_token_flow_then_paged_tags_then_a_head_per_new_tag_for_the_index_
     assert result.status == "new"
     assert set(result.new) == {"nightly-20261013", "nightly-20261014", "nightly-20261015"}
     seen = [(r.method, r.path, r.query.get("last")) for r in server.requests]
-    assert seen[:3] == [("GET", f"/v2/{REPO}/tags/list", None), ("GET", "/token", None),
-                        ("GET", f"/v2/{REPO}/tags/list", None)]
+    assert seen[:3] == [
+        ("GET", f"/v2/{REPO}/tags/list", None),
+        ("GET", "/token", None),
+        ("GET", f"/v2/{REPO}/tags/list", None),
+    ]
     # Five tags at n=2: three pages, each page after the first asked for with `last` from the Link.
     pages = [r for r in server.requests if r.path.endswith("/tags/list")][1:]
     assert [r.query.get("last") for r in pages] == [None, "latest", "nightly-20261014"]
@@ -62,7 +76,10 @@ async def test_token_flow_then_paged_tags_then_a_head_per_new_tag_for_the_index_
 
 
 async def test_a_second_poll_heads_only_new_tags(
-    serve: Callable[[App], LocalServer], store: UpstreamStore, settings: PollSettings, client: httpx.AsyncClient,
+    serve: Callable[[App], LocalServer],
+    store: UpstreamStore,
+    settings: PollSettings,
+    client: httpx.AsyncClient,
     vclock: VirtualClock,
 ) -> None:
     registry = FakeRegistry({REPO: TAGS})
@@ -74,12 +91,16 @@ async def test_a_second_poll_heads_only_new_tags(
     later = server.requests[before:]
     assert result.new == ("nightly-20261016",)
     assert [r.method for r in later if r.method == "HEAD"] == ["HEAD"]
-    assert all(r.path.endswith("/tags/list") or r.path.endswith("nightly-20261016") or r.path == "/token"
-               for r in later)
+    assert all(
+        r.path.endswith("/tags/list") or r.path.endswith("nightly-20261016") or r.path == "/token" for r in later
+    )
 
 
 async def test_a_missing_docker_content_digest_is_computed_from_the_manifest_body(
-    serve: Callable[[App], LocalServer], store: UpstreamStore, settings: PollSettings, client: httpx.AsyncClient,
+    serve: Callable[[App], LocalServer],
+    store: UpstreamStore,
+    settings: PollSettings,
+    client: httpx.AsyncClient,
     vclock: VirtualClock,
 ) -> None:
     registry = FakeRegistry({REPO: ["nightly-20261015"]})
@@ -94,7 +115,10 @@ async def test_a_missing_docker_content_digest_is_computed_from_the_manifest_bod
 
 
 async def test_credentials_are_sent_to_the_token_realm_only(
-    serve: Callable[[App], LocalServer], store: UpstreamStore, settings: PollSettings, client: httpx.AsyncClient,
+    serve: Callable[[App], LocalServer],
+    store: UpstreamStore,
+    settings: PollSettings,
+    client: httpx.AsyncClient,
     vclock: VirtualClock,
 ) -> None:
     registry = FakeRegistry({REPO: ["nightly-20261015"]}, user="robot", password="s3cret-registry-pass")
@@ -109,7 +133,10 @@ async def test_credentials_are_sent_to_the_token_realm_only(
 
 
 async def test_wrong_credentials_fail_the_poll(
-    serve: Callable[[App], LocalServer], store: UpstreamStore, settings: PollSettings, client: httpx.AsyncClient,
+    serve: Callable[[App], LocalServer],
+    store: UpstreamStore,
+    settings: PollSettings,
+    client: httpx.AsyncClient,
     vclock: VirtualClock,
 ) -> None:
     server = serve(FakeRegistry({REPO: ["nightly-20261015"]}, user="robot", password="right"))
@@ -121,7 +148,10 @@ async def test_wrong_credentials_fail_the_poll(
 
 
 async def test_docker_hub_ratelimit_remaining_zero_defers_the_source_for_the_window(
-    serve: Callable[[App], LocalServer], store: UpstreamStore, settings: PollSettings, client: httpx.AsyncClient,
+    serve: Callable[[App], LocalServer],
+    store: UpstreamStore,
+    settings: PollSettings,
+    client: httpx.AsyncClient,
     vclock: VirtualClock,
 ) -> None:
     registry = FakeRegistry({REPO: ["nightly-20261015"]})
@@ -135,7 +165,10 @@ async def test_docker_hub_ratelimit_remaining_zero_defers_the_source_for_the_win
 
 
 async def test_an_unknown_repository_is_a_failed_poll(
-    serve: Callable[[App], LocalServer], store: UpstreamStore, settings: PollSettings, client: httpx.AsyncClient,
+    serve: Callable[[App], LocalServer],
+    store: UpstreamStore,
+    settings: PollSettings,
+    client: httpx.AsyncClient,
     vclock: VirtualClock,
 ) -> None:
     server = serve(FakeRegistry({"other/repo": ["x"]}))
@@ -144,15 +177,20 @@ async def test_an_unknown_repository_is_a_failed_poll(
 
 
 async def test_resolve_image_pins_a_template_reference_by_its_index_digest(
-    serve: Callable[[App], LocalServer], store: UpstreamStore, settings: PollSettings, client: httpx.AsyncClient,
+    serve: Callable[[App], LocalServer],
+    store: UpstreamStore,
+    settings: PollSettings,
+    client: httpx.AsyncClient,
     vclock: VirtualClock,
 ) -> None:
     registry = FakeRegistry({"lmsysorg/sglang": ["v0.5.22-cu130"]})
     server = serve(registry)
-    src = OCIRepository(kind="oci", name="sglang-images", registry=server.host, repository="lmsysorg/sglang",
-                        insecure=True)
-    pinned = await resolve_image(f"{server.host}/lmsysorg/sglang:v0.5.22-cu130", [src], client, settings,
-                                 vclock.clock(), store)
+    src = OCIRepository(
+        kind="oci", name="sglang-images", registry=server.host, repository="lmsysorg/sglang", insecure=True
+    )
+    pinned = await resolve_image(
+        f"{server.host}/lmsysorg/sglang:v0.5.22-cu130", [src], client, settings, vclock.clock(), store
+    )
     assert pinned == f"{server.host}/lmsysorg/sglang@{registry.digest('lmsysorg/sglang', 'v0.5.22-cu130')}"
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.example import PRODUCTION, repo_files
 from tests.upstream.conftest import VirtualClock
 from tests.upstream.fixtures import local_upstreams, make_state_repo
 from tests.upstream.servers import App, FakeForge, FakeGitHub, FakeRegistry, LocalServer
+from tests.upstream.test_gap import app, runner
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,7 +32,9 @@ SGLANG = "sgl-project/sglang"
 LANE_FILE = f"state/lanes/{PRODUCTION}.yaml"
 BRANCH = f"lanes/proposals/{PRODUCTION}/0.5.22"
 FORGE_TOKEN = "forge-token-5c1e77a0b9"
-OLD_IMAGE = "aidendle94/sparkrun-sglang-dsv41-gb10@sha256:f617afd81c627859d7b5900bdaf7c03f2a8bccbf8bf3c27b518a1b79ab3dea33"
+OLD_IMAGE = (
+    "aidendle94/sparkrun-sglang-dsv41-gb10@sha256:f617afd81c627859d7b5900bdaf7c03f2a8bccbf8bf3c27b518a1b79ab3dea33"
+)
 DENY_ENTRY = b"""  - id: test-sglang-0522-deny
     engine: sglang
     versions: ">=0.5.22"
@@ -54,13 +59,11 @@ class World:
     store: UpstreamStore
     settings: ProposalSettings
     clock: VirtualClock
+    github_url: str
 
     @property
     def source(self) -> GitHubReleases:
-        return GitHubReleases(kind="github-releases", name="sglang-releases", repo=SGLANG,
-                              api_url=self.settings.forge.api_url if False else self.github_url)  # type: ignore[union-attr]  # fmt: skip
-
-    github_url: str = ""
+        return GitHubReleases(kind="github-releases", name="sglang-releases", repo=SGLANG, api_url=self.github_url)
 
     async def release(self, tag: str, published: str) -> None:
         self.gh.add(SGLANG, tag, published)
@@ -87,9 +90,13 @@ track:
 
 
 async def build_world(
-    tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock, *, kind: str = "github",
+    tmp_path: Path,
+    serve: Callable[[App], LocalServer],
+    vclock: VirtualClock,
+    *,
+    kind: str = "github",
     deny: bool = False,
-) -> World:  # fmt: skip
+) -> World:
     gh = FakeGitHub((SGLANG,))
     gh.add(SGLANG, "v0.5.21", "2026-09-10T08:00:00Z")
     github = serve(gh)
@@ -112,11 +119,11 @@ async def build_world(
     poll = PollSettings(data_dir=tmp_path / "upstream", credentials_dir=creds)
     api_url = forge_server.url
     settings = ProposalSettings(
-        forge=ForgeSettings(kind=kind, api_url=api_url, repo="team/state", token_credential="forge-token"),  # type: ignore[arg-type]
+        forge=ForgeSettings(kind=kind, api_url=api_url, repo="team/state", token_credential="forge-token"),
         poll=poll,
     )
     store = UpstreamStore(tmp_path / "lanes.db")
-    world = World(tmp_path, gh, registry, reg, forge, state, bare, store, settings, vclock, github_url=github.url)
+    world = World(tmp_path, gh, registry, reg, forge, state, bare, store, settings, vclock, github.url)
     await world.release("v0.5.21", "2026-09-10T08:00:00Z")
     return world
 
@@ -159,7 +166,9 @@ async def test_a_new_release_becomes_a_proposal_branch_commit_and_pull_request(w
     assert f"Upstream release v0.5.22 of {SGLANG}, published 2026-10-19, from source sglang-releases." in message
     assert "Release notes: https://github.com/sgl-project/sglang/releases/tag/v0.5.22" in message
     assert message.rstrip("\n").split("\n\n")[-1].splitlines() == [
-        f"Lane: {PRODUCTION}", "Upstream: sglang-releases v0.5.22", f"Image: {image}"
+        f"Lane: {PRODUCTION}",
+        "Upstream: sglang-releases v0.5.22",
+        f"Image: {image}",
     ]
     assert gitbranch.trailers(message) == {"Lane": PRODUCTION, "Upstream": "sglang-releases v0.5.22", "Image": image}
 
@@ -169,7 +178,8 @@ async def test_a_new_release_becomes_a_proposal_branch_commit_and_pull_request(w
     old, new = blob_text(world.bare, main, LANE_FILE), blob_text(world.bare, commit, LANE_FILE)
     lines = changed_lines(old, new)
     assert lines[0] == "-engine_version: 0.0.0.dev1+gda64c5cbb       # sglang main at gda64c5cbb, torch 2.13+cu130"
-    assert lines[1].startswith("+engine_version: 0.5.22 ") and lines[1].endswith("# sglang main at gda64c5cbb, torch 2.13+cu130")
+    assert lines[1].startswith("+engine_version: 0.5.22 ")
+    assert lines[1].endswith("# sglang main at gda64c5cbb, torch 2.13+cu130")
     assert lines[2:] == [f"-image: {OLD_IMAGE}", f"+image: {image}"]
 
     # The pull request the forge received.
@@ -182,7 +192,8 @@ async def test_a_new_release_becomes_a_proposal_branch_commit_and_pull_request(w
         "head": BRANCH,
         "base": "main",
         "body": (
-            f"Upstream release **v0.5.22** of `{SGLANG}` (published 2026-10-19) qualifies for lane `{PRODUCTION}`'s track.\n"
+            f"Upstream release **v0.5.22** of `{SGLANG}` (published 2026-10-19) "
+            f"qualifies for lane `{PRODUCTION}`'s track.\n"
             "Release notes: https://github.com/sgl-project/sglang/releases/tag/v0.5.22\n"
             "\n"
             f"| `{LANE_FILE}` | before | after |\n"
@@ -277,15 +288,18 @@ async def test_a_rejected_push_is_fetched_and_the_same_proposal_adopted(
     monkeypatch.setattr(gitbranch, "fetch", stale_first_fetch)
     with UpstreamStore(world.tmp / "late.db") as late_store:
         await poll_source(world.source, late_store, world.settings.poll, clock=world.clock.clock())
-        (theirs,) = await propose_all(other, late_store, world.settings.model_copy(update={"author_name": "lanes-2"}),
-                                      clock=world.clock.clock())  # fmt: skip
-        assert theirs.action == "opened" and theirs.commit == mine.commit
+        (theirs,) = await propose_all(
+            other, late_store, world.settings.model_copy(update={"author_name": "lanes-2"}), clock=world.clock.clock()
+        )
+        assert theirs.action == "adopted" and theirs.commit == mine.commit
         assert len(calls) == 2  # the start-of-run fetch (stale), then the fetch after the rejection
         assert str(other.references[f"refs/heads/{BRANCH}"].target) == mine.commit
     assert len(world.forge.posts) == 1  # the open pull request was found, not opened twice
 
 
-async def test_gitea_and_forgejo_pull_requests(tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock) -> None:
+async def test_gitea_and_forgejo_pull_requests(
+    tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock
+) -> None:
     world = await build_world(tmp_path, serve, vclock, kind="gitea")
     try:
         await world.release("v0.5.22", "2026-10-19T08:00:00Z")
@@ -305,3 +319,45 @@ async def test_without_a_remote_the_branch_is_made_locally_and_nothing_is_sent(w
     assert outcome.action == "opened" and outcome.pr_url is None
     assert str(world.state.references[f"refs/heads/{BRANCH}"].target) == outcome.commit
     assert world.forge.posts == [] and f"refs/heads/{BRANCH}" not in list(world.bare.references)
+
+
+def test_lanes_propose_cli_opens_the_proposal_and_prints_json(
+    tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock
+) -> None:
+    world = asyncio.run(build_world(tmp_path, serve, vclock))
+    try:
+        asyncio.run(world.release("v0.5.22", "2026-10-19T08:00:00Z"))
+        forge = world.settings.forge
+        assert forge is not None
+        args = [
+            "propose",
+            "--repo",
+            world.state.workdir,
+            "--db",
+            str(tmp_path / "lanes.db"),
+            "--json",
+            "--forge",
+            "github",
+            "--forge-url",
+            forge.api_url,
+            "--forge-repo",
+            "team/state",
+            "--forge-token",
+            "forge-token",
+            "--secrets-dir",
+            str(tmp_path / "credentials"),
+        ]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.stdout)
+        assert out["ok"] is True
+        (proposal,) = out["proposals"]
+        assert proposal["action"] == "opened" and proposal["branch"] == BRANCH
+        assert proposal["pr_url"] == "https://forge.example/team/state/pulls/1" and proposal["denial"] == []
+        local = ["propose", "--repo", world.state.workdir, "--db", str(tmp_path / "lanes.db"), "--remote", ""]
+        text = runner.invoke(app, local, env={"COLUMNS": "200"})
+        assert text.exit_code == 0, text.output
+        assert f"exists   {PRODUCTION}: 0.5.22 on {BRANCH}" in text.stdout
+        assert "already proposed (open)" in text.stdout
+    finally:
+        world.store.close()

@@ -1,0 +1,85 @@
+"""`lanes demo --once --json`, `lanes init`, `lanes schema` and `lanes model facts` as a person runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pygit2
+import pytest
+from ruamel.yaml import YAML
+from typer.testing import CliRunner
+
+from reconciler.cli.main import app
+from tests.example import EUGR, PRODUCTION, ROOT
+
+runner = CliRunner()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.slow
+def test_demo_once_converges_the_example_fleet_and_a_second_cycle_has_nothing_to_do() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler.cli.main", "demo", "--once", "--json", "--repo", str(ROOT)],
+        capture_output=True, text=True, timeout=110, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    print(f"\ndemo converged in {out['seconds']} s")
+    assert out["converged"] is True and out["second_plan_empty"] is True
+    assert out["seconds"] < 60
+    lanes = {row["name"]: row for row in out["lanes"]}
+    assert lanes[PRODUCTION]["health"] == "healthy" and lanes[PRODUCTION]["hosts"] == ["dgx1", "dgx2", "dgx3", "dgx4"]
+    assert lanes[EUGR]["health"] == "healthy" and lanes[EUGR]["hosts"] == ["dgx5", "dgx6", "dgx7"]
+    assert {row["health"] for row in out["lanes"] if row["desired"] == "stopped"} == {"stopped"}
+    for row in out["lanes"]:
+        assert set(row) >= {"name", "desired", "health", "commit", "hosts", "last_error"}
+
+
+@pytest.mark.timeout(60)
+def test_init_scaffolds_a_repo_that_passes_check(tmp_path: Path) -> None:
+    target = tmp_path / "fleet"
+    result = runner.invoke(app, ["init", str(target)])
+    assert result.exit_code == 0, result.output
+    assert (target / "policies" / "rules.yaml").is_file() and not (target / "policies").is_symlink()
+    repo = pygit2.Repository(str(target))
+    repo.index.add_all()
+    repo.index.write()
+    who = pygit2.Signature("t", "t@example.org")
+    repo.create_commit("HEAD", who, who, "scaffold", repo.index.write_tree(), [])
+    check = runner.invoke(app, ["check", "--repo", str(target), "--json"])
+    assert check.exit_code == 0, check.output
+    again = runner.invoke(app, ["init", str(target)])
+    assert again.exit_code == 2 and "not empty" in again.output
+
+
+@pytest.mark.timeout(60)
+def test_schema_writes_one_json_schema_per_file_kind(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["schema", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    kinds = {p.name for p in tmp_path.glob("*.schema.json")}
+    assert {"lane.schema.json", "host.schema.json", "model.schema.json", "fleet.schema.json"} <= kinds
+    lane = json.loads((tmp_path / "lane.schema.json").read_text())
+    assert lane["additionalProperties"] is False and "name" not in lane.get("required", [])
+    assert "engine" in lane["required"]
+
+
+@pytest.mark.timeout(60)
+def test_model_facts_prints_a_model_file(tmp_path: Path) -> None:
+    ckpt = tmp_path / "Tiny-GQA"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "hidden_size": 512, "head_dim": 64, "max_position_embeddings": 4096,
+    }))
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123456789},
+                                                                  "weight_map": {}}))
+    result = runner.invoke(app, ["model", "facts", str(ckpt), "--host-path", "/models/Tiny-GQA"])
+    assert result.exit_code == 0, result.output
+    data = YAML(typ="safe").load(result.output)
+    assert data["weight_bytes"] == 123456789 and data["architecture"]["attention"] == "gqa"
+    assert data["architecture"]["kv_heads"] == 2 and data["path"] == "/models/Tiny-GQA"
+    broken = runner.invoke(app, ["model", "facts", str(tmp_path)])
+    assert broken.exit_code == 2 and "config.json" in broken.output
