@@ -1,6 +1,7 @@
 """structlog set-up: readable lines on a terminal, JSON lines otherwise, always on stderr.
 
-stdout belongs to `--json` output; logs never go there. Secret values known
+For commands stdout belongs to `--json` output, so logs go to stderr; the
+daemon logs JSON lines to stdout, which journald stores. Secret values known
 to the control node are redacted by a processor before any line is written.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterable, MutableMapping
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -32,8 +33,12 @@ class Redactor:
         return event
 
 
-def configure(level: str = "WARNING", *, json_lines: bool | None = None, secrets: Iterable[str] = ()) -> None:
-    as_json = (not sys.stderr.isatty()) if json_lines is None else json_lines
+def configure(
+    level: str = "WARNING", *, json_lines: bool | None = None, secrets: Iterable[str] = (), stream: TextIO | None = None
+) -> None:
+    """`stream`: stderr for commands (stdout is theirs), stdout for the daemon (journald reads it)."""
+    out = stream or sys.stderr
+    as_json = (not out.isatty()) if json_lines is None else json_lines
     renderer: Any = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
@@ -44,6 +49,6 @@ def configure(level: str = "WARNING", *, json_lines: bool | None = None, secrets
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +14,7 @@ import typer
 from reconciler.cli.common import handle_errors
 from reconciler.daemon.config import DEFAULT_CONFIG, load_config
 from reconciler.errors import InputError
+from reconciler.execute.secrets import SecretStore
 from reconciler.logsetup import configure
 
 
@@ -26,7 +28,8 @@ def daemon_cmd(
     from reconciler.daemon.service import Daemon
 
     settings = load_config(config)
-    configure(settings.daemon.log_level)
+    secrets = SecretStore(settings.daemon.secrets_dir).values()
+    configure(settings.daemon.log_level, stream=sys.stdout, secrets=secrets)
     code = asyncio.run(Daemon(settings, config).run())
     raise typer.Exit(code)
 

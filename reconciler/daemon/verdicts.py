@@ -17,6 +17,7 @@ import structlog
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.metrics import Metrics
 from reconciler.errors import InputError, LanesError
+from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, Reconciler
 from reconciler.source.loadcommit import load_commit
 from reconciler.source.mirror import Mirror
@@ -26,6 +27,12 @@ from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
 
 log = structlog.get_logger("lanes.daemon")
+
+
+def log_progress(event: ProgressEvent) -> None:
+    """Every step of every lane transaction as one event (the commit is bound by `decide`)."""
+    method = log.warning if event.status == "failed" else log.info
+    method(f"lane.{event.step}.{event.status}", lane=event.lane, detail=event.detail)
 
 
 class CommitDecider:
@@ -55,7 +62,7 @@ class CommitDecider:
                 self.metrics.record_cycle(time.monotonic() - t0, error=exc.describe())
                 return "invalid"
             self.last_desired = loaded.desired
-            result = await self.reconciler.run_cycle(loaded)
+            result = await self.reconciler.run_cycle(loaded, progress=log_progress)
             outcome = self._outcome(result)
             self.metrics.record_cycle(time.monotonic() - t0, result.results)
             changed = any(r.result != "noop" for r in result.results)

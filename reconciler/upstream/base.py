@@ -46,8 +46,9 @@ class PollSettings(BaseModel):
     credentials_dir: Path | None = Field(default=None, description="one file per credential name")
     timeout_s: float = Field(default=30.0, gt=0)
     attempts: int = Field(default=3, ge=1, description="tries of one request on 5xx or network errors")
-    backoff_base_s: float = Field(default=1.0, gt=0)
-    backoff_cap_s: float = Field(default=900.0, gt=0, description="longest wait between failed polls")
+    retry_base_s: float = Field(default=1.0, gt=0, description="first wait between tries of one request")
+    backoff_base_s: float = Field(default=60.0, gt=0, description="first wait after a failed poll")
+    backoff_cap_s: float = Field(default=3600.0, gt=0, description="longest wait between failed polls")
     page_size: int = Field(default=100, ge=1, le=100)
     max_pages: int = Field(default=20, ge=1, description="a bound on pagination, against a looping Link")
     max_digests_per_poll: int = Field(default=50, ge=1, description="manifest HEADs of new tags per OCI poll")
@@ -125,10 +126,9 @@ def read_credential(directory: Path | None, name: str) -> str:
     return value
 
 
-def backoff_delay(failures: int, settings: PollSettings, rng: random.Random) -> float:
-    """Full jitter: uniform in [0, min(cap, base * 2^failures)] (spreads retries of many pollers)."""
-    ceiling = min(settings.backoff_cap_s, settings.backoff_base_s * (2 ** max(0, failures)))
-    return rng.uniform(0, ceiling)
+def backoff_delay(failures: int, base: float, cap: float, rng: random.Random) -> float:
+    """Full jitter: uniform in [0, min(cap, base * 2^failures)] (spreads the retries of many pollers)."""
+    return rng.uniform(0, min(cap, base * (2 ** max(0, failures))))
 
 
 def _retry_after(value: str, now: float) -> float | None:
@@ -193,7 +193,9 @@ class Requester:
         last = ""
         for attempt in range(self.settings.attempts):
             if attempt:
-                await self.clock.sleep(backoff_delay(attempt, self.settings, self.clock.rng))
+                await self.clock.sleep(
+                    backoff_delay(attempt, self.settings.retry_base_s, self.settings.backoff_cap_s, self.clock.rng)
+                )
             self.count += 1
             try:
                 request = self.client.build_request(method, url, headers={"User-Agent": USER_AGENT, **(headers or {})})
@@ -221,7 +223,7 @@ def failed(
     """Record a failed poll and back off exponentially (with jitter) before the next one."""
     now = clock.now()
     failures = state.failures + 1
-    until = now + backoff_delay(failures, settings, clock.rng)
+    until = now + backoff_delay(failures, settings.backoff_base_s, settings.backoff_cap_s, clock.rng)
     store.save_poll_state(replace(state, last_poll=now, next_allowed=until, failures=failures, last_error=error))
     log.warning(
         "upstream.poll_failed", source=name, kind=kind, error=error, failures=failures, retry_in_s=round(until - now, 1)

@@ -102,7 +102,7 @@ async def _poll(
         if response.status_code == 304:
             mark_polled(store, state, clock.now(), until)
             return PollResult(source.name, source.kind, "unchanged", requests=requester.count, next_allowed=until)
-        if response.status_code in (403, 429) and until is not None:
+        if response.status_code in (403, 429, 503) and until is not None:
             store.save_poll_state(replace(state, last_poll=clock.now(), next_allowed=until, last_error=None))
             log.warning("upstream.rate_limited", source=source.name, until=until, status=response.status_code)
             return PollResult(source.name, source.kind, "rate-limited", tuple(new), requester.count, until)

@@ -212,7 +212,7 @@ async def _push(
                 raise PermanentError(f"{branch} exists on '{run.remote}' with another commit; it is not overwritten")
             run.repo.references.create(f"refs/heads/{branch}", theirs.id, force=True)
             return str(theirs.id), "adopted"
-        await run.clock.sleep(backoff_delay(attempt, run.settings.poll, run.clock.rng))
+        await run.clock.sleep(backoff_delay(attempt, run.settings.poll.retry_base_s, 60.0, run.clock.rng))
     raise TransientError(f"push of {branch} rejected {run.settings.push_attempts} time(s): {last}")
 
 
