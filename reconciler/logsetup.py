@@ -37,8 +37,8 @@ def configure(
     level: str = "WARNING", *, json_lines: bool | None = None, secrets: Iterable[str] = (), stream: TextIO | None = None
 ) -> None:
     """`stream`: stderr for commands (stdout is theirs), stdout for the daemon (journald reads it)."""
-    out = stream or sys.stderr
-    as_json = (not out.isatty()) if json_lines is None else json_lines
+    out = stream
+    as_json = (not (out or sys.stderr).isatty()) if json_lines is None else json_lines
     renderer: Any = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
@@ -49,6 +49,7 @@ def configure(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        # sys.stderr is looked up at each log call, not bound now: tests (and tools) replace it.
+        logger_factory=(lambda *_args: structlog.PrintLogger(file=out or sys.stderr)),
         cache_logger_on_first_use=False,
     )

@@ -13,6 +13,7 @@ from reconciler.cli import demo as demo_cmd
 from reconciler.cli import history as history_cmd
 from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import schema as schema_cmd
+from reconciler.cli import upstream as upstream_cmd
 from reconciler.logsetup import configure
 
 app = typer.Typer(
@@ -44,6 +45,8 @@ app.command("demo")(demo_cmd.demo)
 app.command("daemon")(daemon_cmd.daemon_cmd)
 app.command("init")(daemon_cmd.init_cmd)
 app.command("history")(history_cmd.history_cmd)
+app.command("upstream")(upstream_cmd.upstream_cmd)
+app.command("propose")(upstream_cmd.propose_cmd)
 app.command("schema")(schema_cmd.schema)
 model_app = typer.Typer(help="Model files: fill architecture facts from a checkpoint.", no_args_is_help=True)
 model_app.command("facts")(schema_cmd.model_facts)
