@@ -26,6 +26,7 @@ from reconciler.daemon.http import HttpServer
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.trigger import Trigger
+from reconciler.daemon.upstreamjob import upstream_job
 from reconciler.daemon.verdicts import CommitDecider
 from reconciler.errors import LanesError
 from reconciler.execute.cycle import Reconciler
@@ -106,6 +107,9 @@ class Daemon:
         if head is not None and head != self.last_head:
             self.trigger.kick("fetch")
 
+    async def _upstream_job(self) -> None:
+        await upstream_job(self.config, self.decider.last_desired, self.mirror, self.metrics)
+
     async def _resync_job(self) -> None:
         self.trigger.kick("resync")
 
@@ -169,6 +173,15 @@ class Daemon:
             coalesce=True,
             id="resync",
         )
+        if self.config.upstream.enabled:
+            scheduler.add_job(
+                self._guarded(self._upstream_job, "upstream"),
+                "interval",
+                seconds=self.config.upstream.interval_s,
+                max_instances=1,
+                coalesce=True,
+                id="upstream",
+            )
         scheduler.start()
         http = self._http()
         if http is not None:

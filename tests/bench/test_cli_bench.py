@@ -19,7 +19,7 @@ from tests.gitrepo import make_repo
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 SERVED = "deepseek-v4.1-flash"  # the production lane's served_model_name
-FAST = {"STANDIN_PP_TPS": "4000", "STANDIN_TG_TPS": "400"}
+PACING = {"STANDIN_PP_TPS": "2000", "STANDIN_TG_TPS": "200"}
 
 app = typer.Typer()
 app.command("bench")(bench_cmd)
@@ -43,7 +43,7 @@ def bench(repo: Path, *args: str) -> tuple[int, str, str]:
 def test_bench_writes_evidence_and_chart_then_flags_a_slower_engine(
     repo: Path, tmp_path: Path, start_standin: StartStandin
 ) -> None:
-    url = start_standin(SERVED, **FAST)
+    url = start_standin(SERVED, **PACING)
     out = tmp_path / "evidence" / "first.json"
     code, stdout, stderr = bench(repo, "--url", url, "--profile", "quick", "--out", str(out))
     assert code == 0, stdout + stderr
@@ -56,7 +56,7 @@ def test_bench_writes_evidence_and_chart_then_flags_a_slower_engine(
     assert first["profile"]["name"] == "quick" and first["url"] == url
     assert ET.parse(out.with_suffix(".svg")).getroot().tag.endswith("svg")
 
-    slow = start_standin(SERVED, **FAST, STANDIN_SLOWDOWN="1.25")
+    slow = start_standin(SERVED, **PACING, STANDIN_SLOWDOWN="1.25")
     code, stdout, stderr = bench(repo, "--url", slow, "--profile", "quick", "--baseline", str(out), "--json")
     assert code == 1, stdout + stderr
     second = json.loads(stdout)  # stdout holds only the JSON; the progress bar went to stderr
