@@ -41,7 +41,7 @@ def free_port() -> int:
 
 def start_standin(port: int, pp_tps: float, tg_tps: float) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "STANDIN_PP_TPS": str(pp_tps), "STANDIN_TG_TPS": str(tg_tps)}
-    argv = [sys.executable, str(ROOT / "bench" / "harness_standin.py"), "--bind", "127.0.0.1", "--"]
+    argv = [sys.executable, "-m", "reconciler.sim.standin", "--bind", "127.0.0.1", "--"]
     argv += ["vllm", "serve", "m", "--port", str(port), "--served-model-name", "m"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20

@@ -112,7 +112,7 @@ def _check(record: RequestRecord, tokens: int) -> None:
 
 def start_standin(port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "STANDIN_TG_TPS": "1e9", "STANDIN_PP_TPS": "1e9"}
-    argv = [sys.executable, str(ROOT / "bench" / "harness_standin.py"), "--bind", "127.0.0.1", "--"]
+    argv = [sys.executable, "-m", "reconciler.sim.standin", "--bind", "127.0.0.1", "--"]
     argv += ["vllm", "serve", "m", "--port", str(port), "--served-model-name", "m"]
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

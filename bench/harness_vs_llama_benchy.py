@@ -19,10 +19,9 @@ Offline, by construction:
 If llama-benchy cannot be installed or run, the script says exactly why.
 
 Both tools use /v1/chat/completions (llama-benchy only speaks chat) and the
-"generation" latency mode. The stand-in is started through
-bench/harness_standin.py, which makes it send the chat role chunk with the
-first token as vLLM does (see there): otherwise llama-benchy's time to first
-response is ~0 and its prompt figures are meaningless.
+"generation" latency mode. The stand-in sends the chat role chunk with the
+first token, as vLLM does: otherwise llama-benchy's time to first response
+would be ~0 and its prompt figures meaningless.
 
     .venv/bin/python bench/harness_vs_llama_benchy.py [--pp 512] [--tg 64] [--concurrency 1 4] [--runs 3]
 """
@@ -115,7 +114,7 @@ def free_port() -> int:
 
 def start_standin(port: int, pp_tps: float, tg_tps: float) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "STANDIN_PP_TPS": str(pp_tps), "STANDIN_TG_TPS": str(tg_tps)}
-    argv = [sys.executable, str(ROOT / "bench" / "harness_standin.py"), "--bind", "127.0.0.1", "--"]
+    argv = [sys.executable, "-m", "reconciler.sim.standin", "--bind", "127.0.0.1", "--"]
     argv += ["vllm", "serve", f"/models/{MODEL}", "--port", str(port), "--served-model-name", MODEL]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20

@@ -51,18 +51,25 @@ async def benchmark_lane(
     desired: DesiredState,
     lane_name: str,
     *,
-    profiles: BenchProfilesFile,
+    profiles: BenchProfilesFile | None = None,
     profile: str | None = None,
     url: str | None = None,
     baseline: Mapping[str, Any] | None = None,
     progress: ProgressFn | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> dict[str, Any]:
-    """Benchmark `lane_name` as `desired` (one commit) describes it; returns the evidence dict."""
+    """Benchmark `lane_name` as `desired` (one commit) describes it; returns the evidence dict.
+
+    Profiles default to the commit's own (`desired.bench_profiles`), else the built-in `default`.
+    """
     lane = desired.lanes.get(lane_name)
     if lane is None:
         known = ", ".join(sorted(desired.lanes)) or "none"
         raise InputError(f"no lane '{lane_name}' at {desired.commit[:12]} (known: {known})", field="LANE")
+    if profiles is None:
+        profiles = desired.bench_profiles or BenchProfilesFile(
+            profiles={DEFAULT_PROFILE: BenchProfile(name=DEFAULT_PROFILE)}
+        )
     chosen = resolve_profile(profiles, lane, profile)
     run = await run_profile(
         chosen,

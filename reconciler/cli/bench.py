@@ -28,7 +28,6 @@ from reconciler.bench.service import benchmark_lane
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, handle_errors
 from reconciler.errors import InputError
 from reconciler.source.gitread import open_repo, read_commit
-from reconciler.spec.bench import load_bench_profiles
 from reconciler.spec.load import load_desired
 
 
@@ -65,7 +64,17 @@ def render_table(ev: Mapping[str, Any], console: Console) -> None:
         title=f"{ev['lane']} at {str(ev['commit'])[:12]} · {ev['model']} · latency {ev['latency_ms']:.1f} ms",
         title_justify="left",
     )
-    for column in ("test", "c", "t/s (total)", "t/s (req)", "ttfr", "est_ppt", "e2e_ttft", "itl", "vs baseline"):
+    for column in (
+        "test",
+        "c",
+        "t/s (total)",
+        "t/s (req)",
+        "ttfr ms",
+        "est_ppt ms",
+        "e2e_ttft ms",
+        "itl ms",
+        "vs baseline",
+    ):
         table.add_column(column, justify="left" if column == "test" else "right", no_wrap=True)
     for row in ev["benchmarks"]:
         depth = f" @ d{row['context_size']}" if row["context_size"] else ""
@@ -124,7 +133,6 @@ def bench_cmd(
     """Benchmark a lane (pp, tg, TTFT, ITL); exit 1 on a throughput regression against --baseline."""
     read = read_commit(open_repo(repo), rev, (state_dir,))
     desired = load_desired(read.files, read.commit, state_dir=state_dir)
-    profiles = load_bench_profiles(read.files, state_dir=state_dir)
     base = _read_baseline(baseline) if baseline is not None else None
 
     with Progress(
@@ -140,9 +148,7 @@ def bench_cmd(
         def show(p: BenchProgress) -> None:
             bar.update(task, completed=p.done, total=p.total, description=f"bench {lane}: {p.label}")
 
-        ev = asyncio.run(
-            benchmark_lane(desired, lane, profiles=profiles, profile=profile, url=url, baseline=base, progress=show)
-        )
+        ev = asyncio.run(benchmark_lane(desired, lane, profile=profile, url=url, baseline=base, progress=show))
 
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

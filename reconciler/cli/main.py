@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from reconciler.cli import bench as bench_cli
 from reconciler.cli import check as check_cmd
 from reconciler.cli import config as config_cmd
 from reconciler.cli import daemon as daemon_cmd
@@ -45,6 +46,7 @@ app.command("demo")(demo_cmd.demo)
 app.command("daemon")(daemon_cmd.daemon_cmd)
 app.command("init")(daemon_cmd.init_cmd)
 app.command("history")(history_cmd.history_cmd)
+app.command("bench")(bench_cli.bench_cmd)
 app.command("upstream")(upstream_cmd.upstream_cmd)
 app.command("propose")(upstream_cmd.propose_cmd)
 app.command("schema")(schema_cmd.schema)

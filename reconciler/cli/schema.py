@@ -10,6 +10,7 @@ import typer
 
 from reconciler.cli.common import handle_errors
 from reconciler.errors import InputError
+from reconciler.spec.bench import BenchProfilesFile
 from reconciler.spec.fleet import FleetDefaults, Host
 from reconciler.spec.lane import Lane
 from reconciler.spec.model import ModelSpec
@@ -22,6 +23,7 @@ SCHEMAS: dict[str, type[Any]] = {
     "model": ModelSpec,
     "lane": Lane,
     "upstreams": UpstreamsFile,
+    "bench-profiles": BenchProfilesFile,
     "hardware": HardwareFile,
     "rules": RulesFile,
     "known-issues": KnownIssuesFile,

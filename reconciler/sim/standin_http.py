@@ -131,6 +131,8 @@ class StandinServer(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, like uvicorn
+    # uvicorn sets TCP_NODELAY; without it a chunk right after the headers waits ~40 ms for a delayed ACK.
+    disable_nagle_algorithm = True
     server: StandinServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -207,29 +209,24 @@ class Handler(BaseHTTPRequestHandler):
         engine.count(running=1, prompt=prompt)
         words: list[str] = []
         try:
+            role = {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+            }
             if stream:
                 self._start_stream()
-                if chat:
-                    self._event(
-                        {
-                            **base,
-                            "object": "chat.completion.chunk",
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "delta": {"role": "assistant", "content": ""},
-                                    "finish_reason": None,
-                                }
-                            ],
-                        }
-                    )
             for i in engine.pace(prompt, max_tokens):
                 word = " " + WORDS[i % len(WORDS)]
                 words.append(word)
                 engine.count(generated=1)
                 if stream:
+                    if chat and i == 0:
+                        self._event(role)  # like vLLM: the role arrives with the first token, after prefill
                     finish = "length" if i == max_tokens - 1 else None
                     self._event({**base, **_piece(chat, word, finish)})
+            if stream and chat and not words:
+                self._event(role)
             usage = {
                 "prompt_tokens": prompt,
                 "completion_tokens": len(words),

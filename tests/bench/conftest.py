@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STANDIN = ROOT / "bench" / "harness_standin.py"
 MODEL = "bench-model"
 
 StartStandin = Callable[..., str]
@@ -51,7 +50,7 @@ def start_standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartSta
     def start(model: str = MODEL, **env: str) -> str:
         port = free_port()
         full_env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **env}
-        argv = [sys.executable, str(STANDIN), "--bind", "127.0.0.1", "--"]
+        argv = [sys.executable, "-m", "reconciler.sim.standin", "--bind", "127.0.0.1", "--"]
         argv += ["vllm", "serve", f"/models/{model}", "--port", str(port), "--served-model-name", model]
         with (logs / f"standin-{port}.log").open("wb") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env)

@@ -45,3 +45,12 @@ async def test_unknown_lanes_and_profiles_are_input_errors() -> None:
         await benchmark_lane(state, "nope", profiles=PROFILES)
     with pytest.raises(InputError, match="no bench profile 'quick'"):
         await benchmark_lane(state, PRODUCTION, profiles=PROFILES, profile="quick")
+
+
+async def test_the_commits_own_profiles_are_used_by_default() -> None:
+    state = example_state()
+    assert state.bench_profiles is not None  # loaded with the state from state/bench-profiles.yaml
+    transport = fakeengine.transport(model=state.lanes[PRODUCTION].served_name)
+    ev = await benchmark_lane(state, PRODUCTION, profile="quick", transport=transport)
+    assert ev["profile"] == state.bench_profiles.profiles["quick"].model_dump(mode="json")
+    assert [(r["prompt_size"], r["response_size"]) for r in ev["benchmarks"]] == [(512, 32)]
