@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from reconciler.daemon.config import DaemonConfig
+from reconciler.daemon.evidencejob import benchmark_changed
 from reconciler.daemon.metrics import Metrics
 from reconciler.errors import InputError, LanesError
 from reconciler.execute.apply import ProgressEvent
@@ -71,6 +72,7 @@ class CommitDecider:
                 self.metrics.record_denials(v.rule for v in result.verdict.violations if v.severity == "deny")
             if changed or first_decision:
                 self._record(head, outcome, self._verdict(result))
+            await benchmark_changed(self.config, loaded.desired, result, self.mirror)
             log.info("cycle.done", outcome=outcome, seconds=round(time.monotonic() - t0, 3))
             return outcome
         finally:

@@ -186,6 +186,10 @@ class Mirror:
             merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF)
         raise TransientError(f"{self.url}: push of {NOTES_REF} still refused after {PUSH_ATTEMPTS} retries: {last}")
 
+    def push_ref(self, local_ref: str, remote_ref: str) -> None:
+        """Push one ref (no force); PushRejectedError when the remote moved on, TransientError when down."""
+        self._push(f"{local_ref}:{remote_ref}")
+
     def _push(self, spec: str) -> None:
         if self.transport == "git":
             result = self._git(["push", "--porcelain", "origin", spec], what="push", check=False)

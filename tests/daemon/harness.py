@@ -43,9 +43,9 @@ def fast_files(**lane_changes: dict[str, Any]) -> dict[str, bytes]:
 
 
 class StateRepo:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, bare: bool = False) -> None:
         self.path = path
-        self.repo = pygit2.init_repository(str(path), bare=False, initial_head="main")
+        self.repo = pygit2.init_repository(str(path), bare=bare, initial_head="main")
 
     def commit(
         self,

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from typer.testing import CliRunner
 import pygit2
 import pytest
 
 from reconciler.cli.demo import DemoEnv, stop_demo
+from reconciler.cli.main import app
 from reconciler.daemon.config import load_config
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.service import Daemon
@@ -56,12 +58,17 @@ class Running:
         await wait_for(lambda: lane_health(self.db, lane) == ("healthy", commit), timeout, f"{lane} at {commit[:8]}")
 
 
-async def start(tmp: Path, *, extra: str = "", files: dict[str, bytes] | None = None) -> Running:
+async def start(
+    tmp: Path, *, extra: str = "", files: dict[str, bytes] | None = None, bare: bool = False, append: str = ""
+) -> Running:
     env = await sim_for_example(tmp, next(_salt))
-    repo = StateRepo(tmp / "state-repo")
+    repo = StateRepo(tmp / "state-repo", bare=bare)
     head = repo.commit(files if files is not None else fast_files(), "initial fleet")
     port = free_port()
-    config = load_config(write_config(tmp, repo.path, env, http_port=port, extra=extra))
+    config_path = write_config(tmp, repo.path, env, http_port=port, extra=extra)
+    if append:
+        config_path.write_text(config_path.read_text() + append)
+    config = load_config(config_path)
     daemon = Daemon(config, notifier=Notifier(None), install_signals=False)
     task = asyncio.create_task(daemon.run())
     running = Running(tmp, env, repo, daemon, task, port)
@@ -187,5 +194,45 @@ async def test_signed_heads_apply_and_unsigned_heads_are_refused(tmp_path: Path)
         await wait_for(lambda: store.commit_outcome(signed) is not None, 10, "the verdict on the signed head")
         assert store.commit_outcome(signed)["outcome"] == "applied"  # type: ignore[index]
         store.close()
+    finally:
+        await stop(r)
+
+
+async def test_a_changed_lane_is_benchmarked_and_its_evidence_pushed_with_trailers(tmp_path: Path) -> None:
+    quick = {lane: {"bench_profile": "quick"} for lane in (EUGR, PRODUCTION)}
+    r = await start(tmp_path, files=fast_files(**quick), bare=True, append="[bench]\nenabled = true\n")
+    try:
+        change = r.repo.commit(
+            fast_files(**{EUGR: {"bench_profile": "quick", "max_num_seqs": 4}, PRODUCTION: {"bench_profile": "quick"}}),
+            "eugr: 4 sequences",
+        )
+
+        git = r.repo.repo
+
+        def evidence_for_change() -> pygit2.Commit | None:
+            """An evidence commit for EUGR measured at the change or at a later commit containing it."""
+            for c in git.walk(git.references["refs/heads/main"].target):
+                fields = dict(line.split(": ", 1) for line in c.message.splitlines() if ": " in line)
+                target = fields.get("Evidence-For")
+                if (
+                    fields.get("Lane") == EUGR
+                    and target
+                    and (target == change or git.descendant_of(pygit2.Oid(hex=target), pygit2.Oid(hex=change)))
+                ):
+                    return c
+            return None
+
+        await wait_for(lambda: evidence_for_change() is not None, 90, "the evidence commit of the change")
+        ours = evidence_for_change()
+        assert ours is not None and ours.author.name == "lanes"
+        trailers = dict(line.split(": ", 1) for line in ours.message.strip().splitlines() if ": " in line)
+        assert trailers["pp"].startswith("pp512") and trailers["tg"].startswith("tg32")
+        folder = r.repo.repo[ours.tree[f"evidence/{EUGR}"].id]
+        assert isinstance(folder, pygit2.Tree)
+        names = {e.name or "" for e in folder}
+        assert any(n.endswith(".json") for n in names) and any(n.endswith(".svg") for n in names)
+        result = CliRunner().invoke(app, ["history", EUGR, "--repo", str(r.repo.path), "--db", str(r.db), "--json"])
+        assert result.exit_code == 0, result.output
+        assert f"evidence/{EUGR}/" in result.output and change in result.output
     finally:
         await stop(r)

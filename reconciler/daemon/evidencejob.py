@@ -1,0 +1,97 @@
+"""Benchmark lanes a commit changed, once healthy, and commit the evidence to the state repo.
+
+Runs inside the reconcile cycle, after the applies, so a benchmark never
+overlaps a change to the same hosts; the evidence commit (own identity,
+trailers `Lane:`, `Evidence-For:`, `pp:`, `tg:`) moves the branch, which the
+daemon then sees as a commit that changes no lane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pygit2
+import structlog
+
+from reconciler.bench import benchmark_lane, chart, evidence
+from reconciler.daemon.config import DaemonConfig
+from reconciler.errors import LanesError
+from reconciler.execute.cycle import CycleResult, targets_for
+from reconciler.source.evidence import commit_evidence
+from reconciler.source.mirror import Mirror
+from reconciler.spec.load import DesiredState
+
+log = structlog.get_logger("lanes.bench")
+
+
+def _baseline(mirror: Mirror, lane: str) -> dict[str, Any] | None:
+    repo = mirror.repo
+    head = mirror.head()
+    if head is None:
+        return None
+    tree = repo[head].peel(pygit2.Tree)
+    folder = f"evidence/{lane}"
+    try:
+        entry = tree[folder]
+    except KeyError:
+        return None
+    subtree = repo[entry.id]
+    if not isinstance(subtree, pygit2.Tree):
+        return None
+    names = [f"{folder}/{e.name}" for e in subtree if (e.name or "").endswith(".json")]
+    path = evidence.latest(names, lane)
+    if path is None:
+        return None
+    blob = repo[tree[path].id]
+    return evidence.loads(blob.data, source=path) if isinstance(blob, pygit2.Blob) else None
+
+
+def evidence_message(ev: dict[str, Any], commit: str) -> str:
+    head = evidence.headline(ev)
+    summary = ", ".join(head.values()) or "no figures"
+    flag = " (regression)" if ev.get("regression") else ""
+    trailer_lines = "\n".join(f"{k}: {v}" for k, v in evidence.trailers(ev))
+    return (
+        f"evidence: {ev.get('lane')}: {summary}{flag}\n\n"
+        f"Measured by lanes once the lane was healthy after {commit[:12]}.\n\n{trailer_lines}\n"
+    )
+
+
+async def benchmark_changed(
+    config: DaemonConfig, desired: DesiredState, result: CycleResult, mirror: Mirror
+) -> list[str]:
+    """Evidence commits made for the lanes this cycle applied (none when benchmarks are off)."""
+    if not config.bench.enabled:
+        return []
+    targets = targets_for(desired, config.overrides())
+    local = Path(config.repo.url) if config.repo.is_local and (Path(config.repo.url) / ".git").exists() else None
+    made = []
+    for r in result.results:
+        lane = desired.lanes.get(r.lane)
+        if r.result != "applied" or lane is None or not lane.running:
+            continue
+        url = f"http://{targets[lane.hosts[0]].address}:{lane.port}"
+        try:
+            baseline = _baseline(mirror, lane.name)
+            ev = await benchmark_lane(desired, lane.name, url=url, baseline=baseline)
+            path = evidence.evidence_path(ev)
+            files = {
+                path: evidence.dumps(ev).encode(),
+                path.removesuffix(".json") + ".svg": chart.render_svg(ev, baseline).encode(),
+            }
+            sha = await asyncio.to_thread(
+                commit_evidence,
+                mirror,
+                files,
+                evidence_message(ev, desired.commit),
+                branch=config.repo.branch,
+                local_worktree=local,
+            )
+        except (LanesError, OSError) as exc:
+            log.warning("evidence.failed", lane=lane.name, error=str(exc))
+            continue
+        log.info("evidence.committed", lane=lane.name, commit=sha[:12], regression=bool(ev.get("regression")))
+        made.append(sha)
+    return made

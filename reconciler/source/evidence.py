@@ -1,0 +1,79 @@
+"""Commit evidence files onto the watched branch and push them, racing pushes politely.
+
+Evidence is data about a commit, added by the daemon with its own identity
+on top of whatever the branch head is; a push that loses a race is fetched,
+rebuilt on the new head (evidence files never conflict with state files) and
+pushed again. A state repo that is a local work tree is committed to in
+place with `git commit --only`, which leaves a person's other edits alone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import pygit2
+
+from reconciler.errors import TransientError
+from reconciler.source.mirror import Mirror, PushRejectedError
+
+TMP_REF = "refs/lanes/evidence"
+ATTEMPTS = 4
+
+
+def commit_evidence(
+    mirror: Mirror,
+    files: Mapping[str, bytes],
+    message: str,
+    *,
+    branch: str,
+    local_worktree: Path | None = None,
+    author: tuple[str, str] = ("lanes", "lanes@localhost"),
+) -> str:
+    """Commit `files` (repo path -> bytes) on `branch` and publish it; returns the new commit."""
+    if local_worktree is not None:
+        return _commit_in_worktree(local_worktree, files, message, author)
+    repo = mirror.repo
+    sig = pygit2.Signature(*author)
+    last: Exception | None = None
+    for _ in range(ATTEMPTS):
+        head = mirror.fetch()
+        index = pygit2.Index()
+        index.read_tree(repo[head].peel(pygit2.Tree))
+        for path, data in files.items():
+            index.add(pygit2.IndexEntry(path, repo.create_blob(data), pygit2.enums.FileMode.BLOB))
+        tree = index.write_tree(repo)
+        oid = repo.create_commit(None, sig, sig, message, tree, [pygit2.Oid(hex=head)])
+        repo.references.create(TMP_REF, oid, force=True)
+        try:
+            mirror.push_ref(TMP_REF, f"refs/heads/{branch}")
+        except PushRejectedError as exc:
+            last = exc  # someone pushed meanwhile: fetch and rebuild on their head
+            continue
+        return str(oid)
+    raise TransientError(f"evidence push still refused after {ATTEMPTS} attempts: {last}")
+
+
+def _commit_in_worktree(worktree: Path, files: Mapping[str, bytes], message: str, author: tuple[str, str]) -> str:
+    for path, data in files.items():
+        target = worktree / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    paths = sorted(files)
+    identity = ["-c", f"user.name={author[0]}", "-c", f"user.email={author[1]}"]
+    for argv in (["add", "--", *paths], [*identity, "commit", "--only", "-q", "-m", message, "--", *paths]):
+        result = subprocess.run(
+            ["git", "-C", str(worktree), *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        if result.returncode != 0:
+            raise TransientError(f"{worktree}: git {argv[0]} failed: {result.stderr.strip()[-400:]}")
+    out = subprocess.run(
+        ["git", "-C", str(worktree), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30, check=True
+    )
+    return out.stdout.strip()
