@@ -7,11 +7,12 @@ import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
-from typer.testing import CliRunner
 import pygit2
 import pytest
+from typer.testing import CliRunner
 
 from reconciler.cli.demo import DemoEnv, stop_demo
 from reconciler.cli.main import app
@@ -202,10 +203,11 @@ async def test_a_changed_lane_is_benchmarked_and_its_evidence_pushed_with_traile
     quick = {lane: {"bench_profile": "quick"} for lane in (EUGR, PRODUCTION)}
     r = await start(tmp_path, files=fast_files(**quick), bare=True, append="[bench]\nenabled = true\n")
     try:
-        change = r.repo.commit(
-            fast_files(**{EUGR: {"bench_profile": "quick", "max_num_seqs": 4}, PRODUCTION: {"bench_profile": "quick"}}),
-            "eugr: 4 sequences",
-        )
+        changed: dict[str, dict[str, Any]] = {
+            EUGR: {"bench_profile": "quick", "max_num_seqs": 4},
+            PRODUCTION: {"bench_profile": "quick"},
+        }
+        change = r.repo.commit(fast_files(**changed), "eugr: 4 sequences")
 
         git = r.repo.repo
 
