@@ -71,7 +71,7 @@ def print_plan(result: CycleResult, console: Console) -> None:
 
 def print_status(rows: list[dict[str, Any]], console: Console) -> None:
     table = Table(title="lanes", title_justify="left")
-    for col in ("lane", "desired", "health", "applied", "hosts", "ready in", "last error"):
+    for col in ("lane", "desired", "health", "applied", "hosts", "ready in", "evidence", "last error"):
         table.add_column(col, overflow="fold")
     colors = {
         "healthy": "green",
@@ -90,6 +90,7 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
             (r["commit"] or "")[:10],
             ",".join(r["hosts"]),
             f"{ready:.1f} s" if ready else "",
+            " ".join(v for k, v in r.get("evidence", {}).items() if k in {"pp", "tg"}),
             (r["last_error"] or "")[:160],
         )
     console.print(table)

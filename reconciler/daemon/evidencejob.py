@@ -22,6 +22,7 @@ from reconciler.execute.cycle import CycleResult, targets_for
 from reconciler.source.evidence import commit_evidence
 from reconciler.source.mirror import Mirror
 from reconciler.spec.load import DesiredState
+from reconciler.store.journal import Store
 
 log = structlog.get_logger("lanes.bench")
 
@@ -60,7 +61,7 @@ def evidence_message(ev: dict[str, Any], commit: str) -> str:
 
 
 async def benchmark_changed(
-    config: DaemonConfig, desired: DesiredState, result: CycleResult, mirror: Mirror
+    config: DaemonConfig, desired: DesiredState, result: CycleResult, mirror: Mirror, store: Store
 ) -> list[str]:
     """Evidence commits made for the lanes this cycle applied (none when benchmarks are off)."""
     if not config.bench.enabled:
@@ -93,5 +94,15 @@ async def benchmark_changed(
             log.warning("evidence.failed", lane=lane.name, error=str(exc))
             continue
         log.info("evidence.committed", lane=lane.name, commit=sha[:12], regression=bool(ev.get("regression")))
+        store.update_lane(
+            lane.name,
+            evidence={
+                **evidence.headline(ev),
+                "file": path,
+                "evidence_commit": sha,
+                "for": desired.commit,
+                "regression": bool(ev.get("regression")),
+            },
+        )
         made.append(sha)
     return made

@@ -72,7 +72,7 @@ class CommitDecider:
                 self.metrics.record_denials(v.rule for v in result.verdict.violations if v.severity == "deny")
             if changed or first_decision:
                 self._record(head, outcome, self._verdict(result))
-            await benchmark_changed(self.config, loaded.desired, result, self.mirror)
+            await benchmark_changed(self.config, loaded.desired, result, self.mirror, self.store)
             log.info("cycle.done", outcome=outcome, seconds=round(time.monotonic() - t0, 3))
             return outcome
         finally:

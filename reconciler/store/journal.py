@@ -38,6 +38,8 @@ class LaneRecord:
     healthy_commit: str | None
     updated: float
     timings: dict[str, float]
+    evidence: dict[str, Any]
+    """The latest evidence headline: pp, tg, file, commit, regression."""
 
 
 class Store:
@@ -91,9 +93,12 @@ class Store:
                     "healthy_commit": str,
                     "updated": float,
                     "timings": str,
+                    "evidence": str,
                 },
                 pk="name",
             )
+        elif "evidence" not in db.table("lanes").columns_dict:
+            db.table("lanes").add_column("evidence", str)
         if "commits" not in db.table_names():
             db.table("commits").create(
                 {"sha": str, "outcome": str, "detail": str, "time": float},
@@ -190,6 +195,7 @@ class Store:
             healthy_commit=row["healthy_commit"],
             updated=row["updated"] or 0.0,
             timings=json.loads(row["timings"] or "{}"),
+            evidence=json.loads(row.get("evidence") or "{}"),
         )
 
     def lanes(self) -> list[LaneRecord]:
@@ -199,7 +205,7 @@ class Store:
     def update_lane(self, name: str, **fields: Any) -> None:
         row: dict[str, Any] = {"name": name, "updated": time.time()}
         for key, value in fields.items():
-            if key in {"hosts", "healthy_specs", "timings"}:
+            if key in {"hosts", "healthy_specs", "timings", "evidence"}:
                 row[key] = json.dumps(list(value) if key == "hosts" else value, default=str)
             else:
                 row[key] = value
@@ -227,8 +233,12 @@ class Store:
             row = self.db.table("commits").get(sha)
         except sqlite_utils.db.NotFoundError:
             return None
-        return {"sha": row["sha"], "outcome": row["outcome"], "detail": json.loads(row["detail"] or "{}"),
-                "time": row["time"]}
+        return {
+            "sha": row["sha"],
+            "outcome": row["outcome"],
+            "detail": json.loads(row["detail"] or "{}"),
+            "time": row["time"],
+        }
 
     # -- applies ---------------------------------------------------------------
 

@@ -32,6 +32,7 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
                 "hosts": list(lane.hosts if lane else (rec.hosts if rec else ())),
                 "last_error": rec.last_error if rec else None,
                 "timings": rec.timings if rec else {},
+                "evidence": rec.evidence if rec else {},
                 "updated": rec.updated if rec else None,
             }
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,5 +237,8 @@ async def test_a_changed_lane_is_benchmarked_and_its_evidence_pushed_with_traile
         result = CliRunner().invoke(app, ["history", EUGR, "--repo", str(r.repo.path), "--db", str(r.db), "--json"])
         assert result.exit_code == 0, result.output
         assert f"evidence/{EUGR}/" in result.output and change in result.output
+        status = CliRunner().invoke(app, ["status", "--repo", str(r.repo.path), "--db", str(r.db), "--json"])
+        row = next(x for x in json.loads(status.output)["lanes"] if x["name"] == EUGR)
+        assert row["evidence"]["pp"].startswith("pp512") and row["evidence"]["file"].startswith(f"evidence/{EUGR}/")
     finally:
         await stop(r)
