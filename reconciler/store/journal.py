@@ -19,6 +19,7 @@ from typing import Any
 import sqlite_utils
 
 from reconciler.errors import TransientError
+from reconciler.store.sqlite import open_db
 
 SCHEMA_VERSION = 1
 
@@ -47,11 +48,7 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=10, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        self.db = sqlite_utils.Database(conn)
+        self.db = open_db(self.path)
         self._migrate()
 
     def close(self) -> None:

@@ -11,13 +11,12 @@ so the two never collide. No credential is ever written here.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
+from reconciler.store.sqlite import open_db
 
 RELEASES = "upstream_releases"
 POLLS = "upstream_polls"
@@ -89,11 +88,7 @@ class UpstreamStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=10, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        self.db = sqlite_utils.Database(conn)
+        self.db = open_db(self.path)
         self._migrate()
 
     def close(self) -> None:
