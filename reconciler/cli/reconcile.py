@@ -170,9 +170,8 @@ def apply_cmd(
     async def go() -> CycleResult:
         try:
             preview = await reconciler.run_cycle(loaded, apply=False, only_lanes=only)
-            if preview.plan.empty:
-                return preview
-            if not yes and not as_json:
+            # With nothing to change the cycle still runs: it records denied and blocked lanes in the journal.
+            if not preview.plan.empty and not yes and not as_json:
                 print_plan(preview, console)
                 if not typer.confirm("apply these changes?"):
                     raise typer.Exit(EXIT_OK)

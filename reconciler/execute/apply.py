@@ -332,12 +332,20 @@ class Executor:
         dead: list[str] = []
 
         async def watch() -> None:
+            misses: dict[str, int] = {}
             while True:
                 await asyncio.sleep(self.config.watch_interval_s)
                 states = await asyncio.gather(*(self.ops.state(h, s.name) for h, s in ranks), return_exceptions=True)
                 for (host, spec), state in zip(ranks, states, strict=True):
                     if isinstance(state, str) and state not in {"running", "created"}:
                         dead.append(f"{spec.name}@{host} is {state}")
+                    elif isinstance(state, LanesError):
+                        # A rank whose host stops answering is as gone as a rank that exited.
+                        misses[host] = misses.get(host, 0) + 1
+                        if misses[host] >= 2:
+                            dead.append(f"{spec.name}@{host} unreachable: {state}")
+                    else:
+                        misses.pop(host, None)
                 if dead:
                     died.set()
                     return

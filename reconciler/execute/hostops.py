@@ -53,8 +53,12 @@ class HostOps:
     async def release_lease(self, host: str, lease_file: str, owner: str) -> None:
         # An expiring lease frees the host anyway, so a failed release is not an error.
         with contextlib.suppress(LanesError):
+            # Short: a host that vanished mid-apply must not hold the result back for a full command timeout.
             await self.transport.run(
-                self.targets[host], lease_argv("release", lease_file, owner, 0), timeout=self.timeout, check=False
+                self.targets[host],
+                lease_argv("release", lease_file, owner, 0),
+                timeout=min(self.timeout, 10.0),
+                check=False,
             )
 
     async def pull(self, host: str, image: str) -> None:

@@ -71,11 +71,15 @@ def docker_facts(errors):
             errors.append("docker inspect: output is not JSON")
     unmanaged = []
     raw = run(["docker", "ps", "-a", "--format", "{{json .}}"], errors, state)
+    rows = []
     for line in (raw or "").splitlines():
         try:
-            d = json.loads(line)
+            parsed = json.loads(line)
         except ValueError:
             continue
+        # docker prints one object a line; podman may print one array: take both, skip anything else.
+        rows.extend(x for x in (parsed if isinstance(parsed, list) else [parsed]) if isinstance(x, dict))
+    for d in rows:
         cid = d.get("ID") or d.get("Id") or ""
         labels = d.get("Labels") or ""
         if isinstance(labels, dict):

@@ -151,6 +151,15 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def process_identity(pid: int) -> str:
+    """`PID STARTTIME`: names one process for good (a pid alone may be reused after a crash)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -264,10 +273,13 @@ def cleanup_stale() -> None:
     """Remove what rigs whose pytest process is gone left behind: processes, stores, links, namespaces."""
     base = Path(tempfile.gettempdir())
     for folder in base.glob(f"{PREFIX}-*"):
-        owner = folder.name.rsplit("-", 1)[-1]
-        if owner.isdigit() and pid_alive(int(owner)) and int(owner) != os.getpid():
-            raise RigError(f"another rig (pid {owner}, {folder}) is running: its subnet {SUBNET}.0/24 is taken")
-        for pidfile in folder.glob("**/*.pid"):
+        owner = (folder / "owner").read_text().strip() if (folder / "owner").exists() else ""
+        if owner and owner != process_identity(os.getpid()) and process_identity(int(owner.split()[0])) == owner:
+            raise RigError(f"another rig ({folder}, process {owner.split()[0]}) is running: "
+                           f"its subnet {SUBNET}.0/24 is taken")
+        for pidfile in [folder / "registry.pid", *folder.glob("hosts/*/sshd.pid")]:
+            if not pidfile.exists():
+                continue
             with contextlib.suppress(ValueError, OSError):
                 stop_pid(int(pidfile.read_text().split()[0]), must_contain=str(folder))
         remove_rig_dir(folder)

@@ -42,6 +42,7 @@ from tests.rig.machine import (
     ensure_packages,
     install_podman_conf,
     podman_local,
+    process_identity,
     remove_rig_dir,
     restore_podman_conf,
     sh,
@@ -148,6 +149,7 @@ class Rig:
         ensure_packages()
         self.timings["packages"] = time.monotonic() - t0
         self.folder.mkdir(mode=0o755)
+        (self.folder / "owner").write_text(process_identity(os.getpid()) + "\n")
         install_podman_conf()
         self._conf_installed = True
         self._keys()

@@ -64,7 +64,7 @@ def test_a_digest_missing_from_the_registry_fails_the_lane_and_keeps_the_old_ran
 
     assert run.returncode == 1, run.describe()
     quad = result_of(run, "quad")
-    assert quad["result"] == "failed", quad
+    assert quad["result"] == "failed", run.describe()
     assert missing in quad["error"] and "manifest unknown" in quad["error"], quad["error"]
     assert result_of(run, "solo")["result"] == "noop"
     after = fleet_view(rig)

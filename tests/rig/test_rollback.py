@@ -9,7 +9,7 @@ from tests.rig.rig import Rig
 
 pytestmark = [pytest.mark.rig, pytest.mark.timeout(300)]
 
-SHORT_HEALTH = {"port_timeout_s": 20, "ready_timeout_s": 4, "models_timeout_s": 5, "completion_timeout_s": 5,
+SHORT_HEALTH = {"port_timeout_s": 20, "ready_timeout_s": 5, "models_timeout_s": 5, "completion_timeout_s": 5,
                 "poll_interval_s": 0.25}
 
 
@@ -26,17 +26,16 @@ def test_a_head_that_never_becomes_healthy_is_rolled_back_on_every_host(rig: Rig
 
     assert run.returncode == 1, run.describe()
     quad = result_of(run, "quad")
-    assert quad["result"] == "rolled-back", quad
-    assert "health" in quad["error"], quad["error"]
+    assert quad["result"] == "rolled-back", run.describe()
+    assert "health" in quad["error"], run.describe()
     view = fleet_view(rig)
     for rank, host in enumerate(QUAD_HOSTS):
         c = view[host][f"lanes-quad-r{rank}"]
-        assert (c.spec, c.status) == (healthy[host], "running"), f"{host} runs the last healthy spec again"
+        assert (c.spec, c.status) == (healthy[host], "running"), f"{host}: {c}\n{run.describe()}"
         assert "STANDIN_NEVER_HEALTHY=1" not in c.env
     assert view["rig2"]["lanes-solo-r0"].id == solo_before.id, "the other lane was not touched"
     row = status_of(rig, "quad")
-    assert row["health"] == "degraded", row
-    assert "rolled back" in row["last_error"], row
+    assert row["health"] == "degraded" and "rolled back" in row["last_error"], f"{row}\n{run.describe()}"
     # The last log lines of every rank of the failed spec are in the journal.
     failed = [a for a in applies(rig, "quad") if a["result"] == "rolled-back"]
     assert len(failed) == 1, applies(rig, "quad")
