@@ -27,7 +27,7 @@ from reconciler.store.journal import Store
 log = structlog.get_logger("lanes.bench")
 
 
-def _baseline(mirror: Mirror, lane: str) -> dict[str, Any] | None:
+def baseline_evidence(mirror: Mirror, lane: str) -> dict[str, Any] | None:
     repo = mirror.repo
     head = mirror.head()
     if head is None:
@@ -75,7 +75,7 @@ async def benchmark_changed(
             continue
         url = f"http://{targets[lane.hosts[0]].address}:{lane.port}"
         try:
-            baseline = _baseline(mirror, lane.name)
+            baseline = baseline_evidence(mirror, lane.name)
             ev = await benchmark_lane(desired, lane.name, url=url, baseline=baseline)
             path = evidence.evidence_path(ev)
             files = {

@@ -25,6 +25,7 @@ from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.http import HttpServer
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
+from reconciler.daemon.trialjob import make_trial
 from reconciler.daemon.trigger import Trigger
 from reconciler.daemon.upstreamjob import upstream_job
 from reconciler.daemon.verdicts import CommitDecider
@@ -40,6 +41,7 @@ from reconciler.transport.ssh import SSHTransport
 
 log = structlog.get_logger("lanes.daemon")
 JOB_TIMEOUT_S = 600.0
+UPSTREAM_TIMEOUT_S = 3600.0  # a trial loads a model on spare hosts: tens of minutes on a Spark
 
 
 class Daemon:
@@ -108,7 +110,26 @@ class Daemon:
             self.trigger.kick("fetch")
 
     async def _upstream_job(self) -> None:
-        await upstream_job(self.config, self.decider.last_desired, self.mirror, self.metrics)
+        # Runs in the main loop, between reconciles: a trial lane must never meet a resync that would
+        # see it as an orphan, nor an apply on the same hosts.
+        self.trigger.kick("upstream")
+
+    async def _run_upstream(self) -> None:
+        trial = make_trial(self.config, self.reconciler, self.mirror)
+        try:
+            await asyncio.wait_for(
+                upstream_job(self.config, self.decider.last_desired, self.mirror, self.metrics, trial),
+                UPSTREAM_TIMEOUT_S,
+            )
+        except (TimeoutError, LanesError) as exc:
+            log.error("upstream.failed", error=str(exc) or "timed out")
+
+    async def step(self, reasons: set[str]) -> None:
+        if reasons - {"upstream"}:
+            await self.cycle(reasons)
+        if "upstream" in reasons and self.config.upstream.enabled:
+            self.set_phase("polling upstream")
+            await self._run_upstream()
 
     async def _resync_job(self) -> None:
         self.trigger.kick("resync")
@@ -199,7 +220,7 @@ class Daemon:
                     self._reload()
                 if self.stopping.is_set() or not reasons - {"stop"}:
                     continue
-                self.cycle_task = asyncio.create_task(self.cycle(reasons))
+                self.cycle_task = asyncio.create_task(self.step(reasons))
                 if not ready:
                     self.notifier.ready()
                     ready = True

@@ -15,11 +15,18 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.source.mirror import Mirror
 from reconciler.spec.load import DesiredState
 from reconciler.upstream import PollSettings, ProposalSettings, UpstreamStore, gap_rows, poll_all, propose_all
+from reconciler.upstream.proposals import TrialFn
 
 log = structlog.get_logger("lanes.upstream")
 
 
-async def upstream_job(config: DaemonConfig, desired: DesiredState | None, mirror: Mirror, metrics: Metrics) -> None:
+async def upstream_job(
+    config: DaemonConfig,
+    desired: DesiredState | None,
+    mirror: Mirror,
+    metrics: Metrics,
+    trial: TrialFn | None = None,
+) -> None:
     if desired is None:
         return
     poll = PollSettings(
@@ -39,7 +46,7 @@ async def upstream_job(config: DaemonConfig, desired: DesiredState | None, mirro
                 policies_dir=config.repo.policies_dir,
                 poll=poll,
             )
-            for outcome in await propose_all(mirror.repo, store, settings):
+            for outcome in await propose_all(mirror.repo, store, settings, trial=trial):
                 log.info("upstream.proposal", outcome=str(outcome))
         gaps = {row.lane: (row.releases_behind or 0, float(row.days_behind or 0)) for row in gap_rows(desired, store)}
     metrics.set_upstream_gaps(gaps)

@@ -14,6 +14,8 @@ known_hosts file pinning each `[address]:port`, all under `work_dir`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import shlex
@@ -130,8 +132,19 @@ class SimHost:
             return
         self.commands.append(argv)
         stdin = await process.stdin.read() if self.runtime.wants_stdin(argv) else None
+        # sshd hangs up a session's command when its client goes away; a command still waiting to run
+        # (a slow host) then never runs, so it is cancelled here the same way.
+        work = asyncio.ensure_future(self.runtime.execute(argv, stdin))
+        gone = asyncio.ensure_future(process.channel.wait_closed())
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        gone.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await work
+            return
         try:
-            status, out, err = await self.runtime.execute(argv, stdin)
+            status, out, err = work.result()
         except Exception as exc:  # a bug in the sim must reach the test as a failed command
             log.exception("sim host %s failed on %s", self.name, argv[:3])
             status, out, err = 1, "", f"sim: internal error: {exc!r}\n"

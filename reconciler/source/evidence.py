@@ -38,7 +38,14 @@ def commit_evidence(
     sig = pygit2.Signature(*author)
     last: Exception | None = None
     for _ in range(ATTEMPTS):
-        head = mirror.fetch()
+        if branch == mirror.branch:
+            head = mirror.fetch()
+        else:
+            # A proposal branch the daemon itself made in this repository: build on its local head.
+            ref = repo.references.get(f"refs/heads/{branch}")
+            if ref is None:
+                raise TransientError(f"branch {branch} is not in {mirror.path}")
+            head = str(ref.target)
         index = pygit2.Index()
         index.read_tree(repo[head].peel(pygit2.Tree))
         for path, data in files.items():
@@ -51,6 +58,8 @@ def commit_evidence(
         except PushRejectedError as exc:
             last = exc  # someone pushed meanwhile: fetch and rebuild on their head
             continue
+        if branch != mirror.branch:
+            repo.references.create(f"refs/heads/{branch}", oid, force=True)
         return str(oid)
     raise TransientError(f"evidence push still refused after {ATTEMPTS} attempts: {last}")
 

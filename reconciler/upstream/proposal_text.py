@@ -35,6 +35,8 @@ class ProposalFacts:
     commit: str = ""
     denial: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    trial: str = ""
+    """Markdown from the trial on spare hosts: candidate vs production, per metric."""
 
 
 def commit_message(f: ProposalFacts) -> str:
@@ -90,5 +92,7 @@ def pull_body(f: ProposalFacts) -> str:
         lines.append("")
         lines.append("Warnings:")
         lines += [f"- {w}" for w in f.warnings]
+    if f.trial:
+        lines += ["", f.trial.rstrip()]
     lines += ["", f"Opened by lanes from branch `{f.branch}` onto `{f.base}`."]
     return "\n".join(lines) + "\n"

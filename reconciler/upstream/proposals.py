@@ -15,6 +15,7 @@ store remembers it, and a branch already on the remote is adopted.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -77,6 +78,10 @@ class ProposalOutcome:
         return {**self.__dict__, "denial": list(self.denial)}
 
 
+TrialFn = Callable[[Lane, str, str], Awaitable[str]]
+"""(lane, proposal commit, proposal branch) -> markdown for the pull request: runs the candidate on spare hosts."""
+
+
 @dataclass
 class _Run:
     repo: pygit2.Repository
@@ -88,6 +93,7 @@ class _Run:
     settings: ProposalSettings
     client: httpx.AsyncClient
     clock: Clock
+    trial: TrialFn | None = None
 
     def branch_exists(self, branch: str) -> bool:
         if self.remote is not None:
@@ -102,11 +108,16 @@ async def propose_all(
     *,
     client: httpx.AsyncClient | None = None,
     clock: Clock | None = None,
+    trial: TrialFn | None = None,
 ) -> list[ProposalOutcome]:
-    """One pass over every lane with `track:`; one lane's failure never stops another."""
+    """One pass over every lane with `track:`; one lane's failure never stops another.
+
+    `trial`, when given, runs each new candidate of a lane with `trial_hosts` before its pull request
+    is opened, and what it returns goes into the request's body.
+    """
     if client is None:
         async with make_client(settings.poll) as own:
-            return await propose_all(repo, store, settings, client=own, clock=clock)
+            return await propose_all(repo, store, settings, client=own, clock=clock, trial=trial)
     repository = repo if isinstance(repo, pygit2.Repository) else open_repo(repo)
     push_secret = (
         read_credential(settings.poll.credentials_dir, settings.push_credential) if settings.push_credential else None
@@ -117,7 +128,7 @@ async def propose_all(
         await asyncio.to_thread(gitbranch.fetch, repository, remote, creds)
     base = _base_commit(repository, remote, settings.base)
     loaded = load_commit(repository, str(base.id), settings.state_dir, settings.policies_dir)
-    run = _Run(repository, remote, creds, base, loaded, store, settings, client, clock or Clock())
+    run = _Run(repository, remote, creds, base, loaded, store, settings, client, clock or Clock(), trial)
     outcomes = []
     for _, lane in sorted(loaded.desired.lanes.items()):
         if lane.track is None:
@@ -190,7 +201,10 @@ async def _propose_lane(run: _Run, lane: Lane) -> ProposalOutcome:
     commit = str(oid)
     if run.remote is not None:
         commit, action = await _push(run, lane, source, release, branch)
-    return await _open_and_record(run, lane, source, release, replace(facts, commit=commit), action)
+    facts = replace(facts, commit=commit)
+    if run.trial is not None and lane.track.trial_hosts and not facts.denial:
+        facts = replace(facts, trial=await run.trial(lane, commit, branch))
+    return await _open_and_record(run, lane, source, release, facts, action)
 
 
 async def _push(

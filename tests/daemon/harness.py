@@ -29,7 +29,10 @@ def lane_yaml(state: DesiredState, name: str, **changes: Any) -> bytes:
     data = state.lanes[name].model_dump(mode="json", exclude={"name"})
     data.update(changes)
     out = io.StringIO()
-    YAML(typ="safe").dump(data, out)
+    yaml = YAML()  # round-trip style, block layout: what a person's file looks like
+    yaml.default_flow_style = False
+    yaml.width = 4096  # long image references stay on one line, as people write them
+    yaml.dump({k: v for k, v in data.items() if v is not None}, out)
     return out.getvalue().encode("utf-8")
 
 

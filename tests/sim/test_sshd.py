@@ -154,14 +154,15 @@ async def test_close_ends_every_container(registry: SimRegistry, image: SimImage
         await asyncssh.connect(**fleet.connect_options("a"))
 
 
-async def test_client_giving_up_mid_command_is_harmless(
+async def test_a_client_giving_up_hangs_up_its_command_as_sshd_does(
     fleet: SimFleet, registry: SimRegistry, image: SimImage
 ) -> None:
     registry.pull_delay_s = 0.5
     async with asyncssh.connect(**fleet.connect_options("spark1")) as conn:
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(conn.run(shlex.join(["docker", "pull", image.pinned])), 0.1)
-    await asyncio.sleep(0.6)  # the pull finishes on the host and answers a closed channel
+    await asyncio.sleep(0.6)  # long enough for the pull, had it not been hung up with the session
     registry.pull_delay_s = 0.0
     result = await _run(fleet, "spark1", ["docker", "image", "inspect", image.pinned])
-    assert result.exit_status == 0
+    assert result.exit_status != 0  # never pulled: the host did not act for a client that left
+    assert (await _run(fleet, "spark1", ["docker", "pull", image.pinned])).exit_status == 0

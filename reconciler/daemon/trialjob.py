@@ -1,0 +1,97 @@
+"""Trials of proposed engine releases on spare hosts, measured against production.
+
+A proposal for a lane with `track.trial_hosts` is run as a lane of its own
+(`<lane>-trial`, the candidate image on the trial hosts) through the same
+reconcile path as any lane, benchmarked with the lane's profile, its evidence
+committed on the proposal branch, and removed again. What comes back is the
+markdown the pull request shows: candidate against production, per metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import structlog
+
+from reconciler.bench import benchmark_lane, chart, evidence
+from reconciler.daemon.config import DaemonConfig
+from reconciler.daemon.evidencejob import baseline_evidence, evidence_message
+from reconciler.errors import LanesError
+from reconciler.execute.cycle import Reconciler, targets_for
+from reconciler.source.evidence import commit_evidence
+from reconciler.source.loadcommit import LoadedCommit, load_commit
+from reconciler.source.mirror import Mirror
+from reconciler.spec.lane import Lane
+from reconciler.upstream.proposals import TrialFn
+
+log = structlog.get_logger("lanes.trial")
+
+
+def comparison_markdown(ev: dict[str, Any], lane: str) -> str:
+    comparison = ev.get("comparison") or {}
+    metrics = comparison.get("metrics") or []
+    head = "### Trial on spare hosts\n\n"
+    if not metrics:
+        figures = ", ".join(evidence.headline(ev).values()) or "no figures"
+        return head + f"Candidate measured ({figures}); no production evidence of `{lane}` to compare with yet.\n"
+    rows = ["| metric | shape | production | candidate | change | |", "|---|---|---|---|---|---|"]
+    for m in metrics:
+        change = f"{m['relative']:+.1%}" if m.get("relative") is not None else f"{m['delta']:+.3g}"
+        mark = {"better": "better", "worse": "**worse**"}.get(m["verdict"], "within noise")
+        rows.append(f"| {m['metric']} | {m['shape']} | {m['baseline']:.4g} | {m['current']:.4g} | {change} | {mark} |")
+    flag = (
+        "\n**Regression:** " + "; ".join(comparison.get("regressions") or []) + "\n"
+        if comparison.get("regression")
+        else ""
+    )
+    return head + "\n".join(rows) + "\n" + flag
+
+
+def make_trial(config: DaemonConfig, reconciler: Reconciler, mirror: Mirror) -> TrialFn:
+    async def trial(lane: Lane, commit: str, branch: str) -> str:
+        assert lane.track is not None
+        loaded = load_commit(mirror.repo, commit, config.repo.state_dir, config.repo.policies_dir)
+        proposed = loaded.desired.lanes[lane.name]
+        name = f"{lane.name}-trial"
+        data = proposed.model_dump()
+        data.update(
+            name=name,
+            hosts=list(lane.track.trial_hosts),
+            desired="running",
+            track=None,
+            served_model_name=proposed.served_name,
+        )
+        candidate = Lane.model_validate(data)
+        desired = dataclasses.replace(loaded.desired, lanes={**loaded.desired.lanes, name: candidate})
+        only = frozenset({name})
+        try:
+            result = await reconciler.run_cycle(LoadedCommit(commit, desired, loaded.policies), only_lanes=only)
+            outcome = next((r for r in result.results if r.lane == name), None)
+            if outcome is None or outcome.result != "applied":
+                why = outcome.error if outcome else "not planned"
+                return (
+                    f"### Trial on spare hosts\n\nThe candidate did not become healthy on "
+                    f"{', '.join(candidate.hosts)}: {why}\n"
+                )
+            url = f"http://{targets_for(desired, config.overrides())[candidate.hosts[0]].address}:{candidate.port}"
+            production = baseline_evidence(mirror, lane.name)
+            ev = await benchmark_lane(desired, name, url=url, baseline=production)
+            path = evidence.evidence_path(ev)
+            files = {
+                path: evidence.dumps(ev).encode(),
+                path.removesuffix(".json") + ".svg": chart.render_svg(ev, production).encode(),
+            }
+            await asyncio.to_thread(commit_evidence, mirror, files, evidence_message(ev, commit), branch=branch)
+            log.info("trial.measured", lane=lane.name, branch=branch, regression=bool(ev.get("regression")))
+            return comparison_markdown(ev, lane.name)
+        except LanesError as exc:
+            log.warning("trial.failed", lane=lane.name, error=str(exc))
+            return f"### Trial on spare hosts\n\nThe trial failed: {exc}\n"
+        finally:
+            stopped = candidate.model_copy(update={"desired": "stopped"})
+            cleanup = dataclasses.replace(desired, lanes={**desired.lanes, name: stopped})
+            await reconciler.run_cycle(LoadedCommit(commit, cleanup, loaded.policies), only_lanes=only)
+
+    return trial
