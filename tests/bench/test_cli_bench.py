@@ -12,6 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from reconciler.cli.bench import bench_cmd
+from reconciler.daemon.trialjob import comparison_markdown
 from tests.bench.conftest import StartStandin, free_port
 from tests.example import PRODUCTION
 from tests.gitrepo import make_repo
@@ -62,6 +63,9 @@ def test_bench_writes_evidence_and_chart_then_flags_a_slower_engine(
     second = json.loads(stdout)  # stdout holds only the JSON; the progress bar went to stderr
     assert second["regression"] is True and second["comparison"]["baseline"]["commit"] == head
     assert any(r.startswith("tg_throughput") for r in second["comparison"]["regressions"])
+    # What a proposal's pull request says about such a candidate.
+    body = comparison_markdown(second, PRODUCTION)
+    assert "**Regression:**" in body and "tg_throughput" in body and "**worse**" in body
 
 
 def test_bad_input_exits_2_and_an_unreachable_lane_exits_1(repo: Path, tmp_path: Path) -> None:
