@@ -32,8 +32,13 @@ def lane_url(desired: DesiredState, lane: Lane) -> str:
 
 def resolve_profile(profiles: BenchProfilesFile, lane: Lane, name: str | None = None) -> BenchProfile:
     """The profile asked for, else the lane's `bench_profile`, else `default`; it must fit the lane."""
-    wanted = name or lane.bench_profile or DEFAULT_PROFILE
-    profile = profiles.get(wanted)
+    profile: BenchProfile | None
+    if name is None and isinstance(lane.bench_profile, BenchProfile):
+        wanted, profile = f"{lane.name} (inline)", lane.bench_profile
+    else:
+        named = lane.bench_profile if isinstance(lane.bench_profile, str) else None
+        wanted = name or named or DEFAULT_PROFILE
+        profile = profiles.get(wanted)
     if profile is None:
         known = ", ".join(sorted(profiles.profiles)) or "none"
         raise InputError(f"no bench profile '{wanted}' (known: {known})", field="profile")

@@ -7,11 +7,12 @@ digest, topology over hosts (the first host is the head), serving flags.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from reconciler.spec.base import Name, StrictModel
+from reconciler.spec.bench import BenchProfile
 
 EngineKind = Literal["sglang", "vllm", "flare", "generic"]
 KVCacheDtype = Literal[
@@ -103,7 +104,10 @@ class Lane(StrictModel):
     mounts: tuple[Mount, ...] = ()
     secrets: tuple[SecretRef, ...] = ()
     health: Health = Health()
-    bench_profile: str | None = None
+    bench_profile: str | BenchProfile | None = Field(
+        default=None,
+        description="a profile name in state/bench-profiles.yaml, or a profile written inline in the lane file",
+    )
     upstream: str | None = Field(default=None, description="source in upstreams.yaml this lane's engine follows")
     track: Track | None = None
 
@@ -114,6 +118,16 @@ class Lane(StrictModel):
             if not ENV_NAME_RE.match(key):
                 raise ValueError(f"'{key}' is not an environment variable name")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inline_profile_name(cls, data: Any) -> Any:
+        # An inline profile needs no name of its own: it is the lane's.
+        if isinstance(data, dict) and isinstance(data.get("bench_profile"), dict):
+            profile = dict(data["bench_profile"])
+            profile.setdefault("name", str(data.get("name", "inline")))
+            data = {**data, "bench_profile": profile}
+        return data
 
     @model_validator(mode="after")
     def _distinct_hosts(self) -> Lane:

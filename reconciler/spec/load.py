@@ -126,7 +126,7 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
                 )
     profiles = load_bench_profiles(files, state_dir=state_dir)
     for name, lane in lanes.items():
-        if lane.bench_profile is not None and profiles.get(lane.bench_profile) is None:
+        if isinstance(lane.bench_profile, str) and profiles.get(lane.bench_profile) is None:
             path = lane_files[name]
             raise InputError(
                 f"bench profile '{lane.bench_profile}' is not defined (known: {', '.join(sorted(profiles.profiles))})",

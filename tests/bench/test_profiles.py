@@ -62,3 +62,22 @@ def test_the_url_is_the_head_hosts_address_and_the_lanes_port() -> None:
     assert lane_url(state, state.lanes[EUGR]) == "http://10.20.0.15:8000"
     moved = with_lane(state, EUGR, port=8012)
     assert lane_url(moved, moved.lanes[EUGR]).endswith(":8012")
+
+
+def test_a_profile_written_inline_in_the_lane_file_is_used() -> None:
+    from reconciler.bench.service import resolve_profile
+    from reconciler.spec.bench import BenchProfile as Profile
+    from reconciler.spec.load import load_desired
+    from tests.example import PRODUCTION, repo_files
+
+    files = repo_files()
+    path = f"state/lanes/{PRODUCTION}.yaml"
+    inline = b"bench_profile: {pp: [256], tg: [16], repetitions: 2}"
+    files[path] = files[path].replace(b"bench_profile: default", inline)
+    desired = load_desired(files, "c" * 40)
+    lane = desired.lanes[PRODUCTION]
+    assert isinstance(lane.bench_profile, Profile) and lane.bench_profile.name == PRODUCTION
+    assert desired.bench_profiles is not None
+    chosen = resolve_profile(desired.bench_profiles, lane)
+    assert chosen.pp == (256,) and chosen.tg == (16,) and chosen.repetitions == 2
+    assert resolve_profile(desired.bench_profiles, lane, "quick").name == "quick"
