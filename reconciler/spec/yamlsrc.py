@@ -82,19 +82,25 @@ def parse_yaml(path: str, data: bytes) -> YamlDoc:
     return YamlDoc(path, text, value)
 
 
+MAX_DEPTH = 64
+"""State files are a few levels deep; thousands of nested brackets are an attack on the parser's stack."""
+
+
 def _count_nodes(doc: Any, path: str) -> None:
     # An alias is counted each time it is used: that is how a tiny file expands.
-    stack: list[Any] = [doc]
+    stack: list[tuple[Any, int]] = [(doc, 0)]
     seen = 0
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         seen += 1
         if seen > MAX_NODES:
             raise InputError(f"document expands to more than {MAX_NODES} nodes (aliases?)", file=path)
+        if depth > MAX_DEPTH:
+            raise InputError(f"document is nested more than {MAX_DEPTH} levels deep", file=path)
         if isinstance(node, Mapping):
-            stack.extend(node.values())
+            stack.extend((v, depth + 1) for v in node.values())
         elif isinstance(node, list):
-            stack.extend(node)
+            stack.extend((v, depth + 1) for v in node)
 
 
 def line_of(doc: Any, loc: Sequence[str | int]) -> int | None:

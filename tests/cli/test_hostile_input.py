@@ -1,0 +1,122 @@
+"""Hostile state repos through the real CLI: `lanes check` answers 0, 1 or 2, never a traceback.
+
+Hypothesis builds git trees from the example fleet and breaks them: invalid YAML, wrong types, huge
+values, unicode and path-like file names, symlinks, duplicate names (`x.yaml` beside `x.yml`), alias
+bombs. Bad input must be exit 2 naming the file; nothing here can apply anything (check is pure).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pygit2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from reconciler.cli.main import app
+from tests.example import repo_files
+
+pytestmark = pytest.mark.timeout(300)
+runner = CliRunner()
+BASE = repo_files()
+LANES = sorted(p for p in BASE if p.startswith("state/lanes/"))
+
+HOSTILE_VALUES = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(lambda f: repr(f)),
+    st.text(min_size=0, max_size=40).map(json.dumps),
+    st.sampled_from(["[", "{a: [b", "!!python/object:os.system ls", "*undefined_alias", "&a [*a]", "~", "''"]),
+)
+NAMES = st.one_of(
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1, max_size=30
+    ),
+    st.sampled_from(["..", "CON", "café-ŝparko", "a" * 200, "-rf", ".hidden", "x y"]),
+)
+
+
+def bomb() -> bytes:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 9)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@st.composite
+def hostile_trees(draw: st.DrawFn) -> tuple[dict[str, bytes], dict[str, str]]:
+    files = dict(BASE)
+    links: dict[str, str] = {}
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["value", "bytes", "name", "dupe", "link", "bomb", "deep", "drop"]))
+        target = draw(
+            st.sampled_from(
+                LANES + ["state/fleet.yaml", "state/upstreams.yaml", "policies/rules.yaml", "policies/hardware.yaml"]
+            )
+        )
+        if kind == "value":
+            key = draw(
+                st.sampled_from(
+                    [
+                        "tp",
+                        "port",
+                        "hosts",
+                        "image",
+                        "max_model_len",
+                        "env",
+                        "mounts",
+                        "gpu_memory_utilization",
+                        "model",
+                        "profiles",
+                        "rules",
+                        "ssh_port",
+                    ]
+                )
+            )
+            files[target] = files.get(target, b"") + f"\n{key}: {draw(HOSTILE_VALUES)}\n".encode()
+        elif kind == "bytes":
+            files[target] = draw(st.binary(max_size=200))
+        elif kind == "name":
+            files[f"state/lanes/{draw(NAMES)}.yaml"] = BASE[LANES[0]]
+        elif kind == "dupe":
+            files[target.removesuffix(".yaml") + ".yml"] = files.get(target, b"")
+        elif kind == "link":
+            links[f"state/lanes/{draw(st.sampled_from(['evil', 'x']))}.yaml"] = draw(
+                st.sampled_from(["../../etc/passwd", "/etc/shadow", LANES[0]])
+            )
+        elif kind == "bomb":
+            files[target] = bomb()
+        elif kind == "deep":
+            files[target] = ("x: " + "[" * 5000 + "]" * 5000 + "\n").encode()
+        else:
+            files.pop(target, None)
+    return files, links
+
+
+def make_repo(path: Path, files: dict[str, bytes], links: dict[str, str]) -> None:
+    repo = pygit2.init_repository(str(path), bare=True)
+    index = pygit2.Index()
+    for name, data in files.items():
+        index.add(pygit2.IndexEntry(name, repo.create_blob(data), pygit2.enums.FileMode.BLOB))
+    for name, target in links.items():
+        index.add(pygit2.IndexEntry(name, repo.create_blob(target.encode()), pygit2.enums.FileMode.LINK))
+    who = pygit2.Signature("t", "t@example.org")
+    repo.create_commit("HEAD", who, who, "hostile", index.write_tree(repo), [])
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(tree=hostile_trees())
+def test_hostile_state_repos_exit_0_1_or_2_never_a_traceback(tree: tuple[dict[str, bytes], dict[str, str]]) -> None:
+    files, links = tree
+    with tempfile.TemporaryDirectory() as tmp:
+        make_repo(Path(tmp) / "repo.git", files, links)
+        result = runner.invoke(app, ["check", "--repo", str(Path(tmp) / "repo.git"), "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code in (0, 1, 2), result.output
+    assert "Traceback" not in result.output
+    out = json.loads(result.output)
+    if result.exit_code == 2:
+        assert out["ok"] is False and out["error"], out
+        assert out.get("file") or "--rev" in out["error"] or "repository" in out["error"], out
