@@ -27,13 +27,13 @@ LANES = sorted(p for p in BASE if p.startswith("state/lanes/"))
 
 HOSTILE_VALUES = st.one_of(
     st.integers(min_value=-(10**30), max_value=10**30).map(str),
-    st.floats(allow_nan=True, allow_infinity=True).map(lambda f: repr(f)),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.text(min_size=0, max_size=40).map(json.dumps),
     st.sampled_from(["[", "{a: [b", "!!python/object:os.system ls", "*undefined_alias", "&a [*a]", "~", "''"]),
 )
 NAMES = st.one_of(
     st.text(
-        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1, max_size=30
+        alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="/\x00"), min_size=1, max_size=30
     ),
     st.sampled_from(["..", "CON", "café-ŝparko", "a" * 200, "-rf", ".hidden", "x y"]),
 )
@@ -53,7 +53,7 @@ def hostile_trees(draw: st.DrawFn) -> tuple[dict[str, bytes], dict[str, str]]:
         kind = draw(st.sampled_from(["value", "bytes", "name", "dupe", "link", "bomb", "deep", "drop"]))
         target = draw(
             st.sampled_from(
-                LANES + ["state/fleet.yaml", "state/upstreams.yaml", "policies/rules.yaml", "policies/hardware.yaml"]
+                [*LANES, "state/fleet.yaml", "state/upstreams.yaml", "policies/rules.yaml", "policies/hardware.yaml"]
             )
         )
         if kind == "value":
