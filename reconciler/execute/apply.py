@@ -14,16 +14,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from reconciler.engines import ContainerSpec
 from reconciler.errors import LanesError
 from reconciler.execute.hostops import HostOps, gather_hosts
 from reconciler.execute.readiness import GateResult, wait_ready
+from reconciler.execute.results import (
+    ExecutorConfig,
+    LaneResult,
+    ProgressEvent,
+    ProgressFn,
+    StepFailedError,
+)
+from reconciler.execute.rollback import RollbackMixin
 from reconciler.execute.secrets import SecretStore, env_file_text
-from reconciler.execute.specjson import spec_from_json, spec_to_json
+from reconciler.execute.specjson import spec_to_json
 from reconciler.plan.steps import (
     AcquireLeases,
     DropCaches,
@@ -41,43 +48,7 @@ from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
 
 
-@dataclass(frozen=True)
-class ProgressEvent:
-    lane: str
-    step: str
-    status: str  # started | done | failed | info
-    detail: str = ""
-
-
-ProgressFn = Callable[[ProgressEvent], None]
-
-
-@dataclass
-class LaneResult:
-    lane: str
-    action: str
-    result: str  # applied | stopped | rolled-back | failed | denied | blocked | noop
-    error: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    logs: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ExecutorConfig:
-    owner: str = "lanes"
-    lease_ttl_s: int = 900
-    log_tail: int = 50
-    watch_interval_s: float = 5.0
-
-
-class _StepFailedError(Exception):
-    def __init__(self, step: str, message: str, *, touched: bool) -> None:
-        super().__init__(message)
-        self.step = step
-        self.touched = touched  # whether old ranks were already stopped
-
-
-class Executor:
+class Executor(RollbackMixin):
     def __init__(
         self,
         ops: HostOps,
@@ -176,7 +147,7 @@ class Executor:
                     await self._run_step(run, lp, seq, step, partial(self._lease, step.hosts, lease_file, leased))
                 elif isinstance(step, StopContainers):
                     await self._run_step(run, lp, seq, step, partial(self._stop, step))
-        except (LanesError, _StepFailedError) as exc:
+        except (LanesError, StepFailedError) as exc:
             self.store.update_lane(lp.lane, last_error=str(exc), desired_commit=lp.commit)
             self.store.record_apply(run, lp.lane, lp.commit, None, "failed", str(exc), started, {})
             return LaneResult(lp.lane, "stop", "failed", str(exc))
@@ -201,7 +172,7 @@ class Executor:
 
         errors = await gather_hosts([one(h) for h in hosts])
         if errors:
-            raise _StepFailedError("lease", "; ".join(map(str, errors)), touched=False)
+            raise StepFailedError("lease", "; ".join(map(str, errors)), touched=False)
 
     async def _release(self, hosts: list[str], lease_file: str) -> None:
         await asyncio.gather(*(self.ops.release_lease(h, lease_file, self.config.owner) for h in hosts))
@@ -209,7 +180,7 @@ class Executor:
     async def _stop(self, step: StopContainers) -> None:
         errors = await gather_hosts([self.ops.stop_remove(c.host, c.name) for c in step.containers])
         if errors:
-            raise _StepFailedError("stop", "; ".join(map(str, errors)), touched=True)
+            raise StepFailedError("stop", "; ".join(map(str, errors)), touched=True)
 
     async def _deploy(self, lp: LanePlan, health: Health, lease_file: str) -> LaneResult:
         run = self.store.new_run()
@@ -243,7 +214,7 @@ class Executor:
                     await self._run_step(
                         run, lp, seq, step, partial(self._gate, step, health, started_ranks, timings, t0)
                     )
-        except (LanesError, _StepFailedError, OSError) as exc:
+        except (LanesError, StepFailedError, OSError) as exc:
             message = str(exc)
             if not touched:
                 # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
@@ -289,7 +260,7 @@ class Executor:
     async def _pull(self, step: PullImages) -> None:
         errors = await gather_hosts([self.ops.pull(h, image) for h, image in step.pulls])
         if errors:
-            raise _StepFailedError("pull", "; ".join(map(str, errors)), touched=False)
+            raise StepFailedError("pull", "; ".join(map(str, errors)), touched=False)
 
     async def _env_files(self, step: WriteEnvFiles) -> None:
         texts = [
@@ -298,7 +269,7 @@ class Executor:
         ]
         errors = await gather_hosts([self.ops.write_env_file(host, path, text) for host, path, text in texts])
         if errors:
-            raise _StepFailedError("env-files", "; ".join(map(str, errors)), touched=False)
+            raise StepFailedError("env-files", "; ".join(map(str, errors)), touched=False)
 
     async def _drop(self, step: DropCaches) -> None:
         await gather_hosts([self.ops.drop_caches(h) for h in step.hosts])
@@ -318,7 +289,7 @@ class Executor:
             skew = max(stamps) - min(stamps)
             timings["start_skew"] = round(max(timings.get("start_skew", 0.0), skew), 3)
         if errors:
-            raise _StepFailedError("start", "; ".join(map(str, errors)), touched=True)
+            raise StepFailedError("start", "; ".join(map(str, errors)), touched=True)
 
     async def _gate(
         self,
@@ -362,77 +333,7 @@ class Executor:
         timings.update({f"to_{k}" if k != "startup_ttft" else k: v for k, v in gate.timings.items()})
         if not gate.ok:
             why = f"{gate.error}" + (f" ({'; '.join(dead)})" if dead else "")
-            raise _StepFailedError("wait-ready", f"readiness gate failed at stage '{gate.stage}': {why}", touched=True)
-
-    async def _rollback(
-        self,
-        run: str,
-        lp: LanePlan,
-        started_ranks: list[tuple[str, ContainerSpec]],
-        message: str,
-        health: Health,
-        started: float,
-        timings: dict[str, float],
-        *,
-        wait: bool = True,
-    ) -> LaneResult:
-        self.progress(ProgressEvent(lp.lane, "rollback", "started", message))
-        step_id = self.store.step_started(run, lp.lane, lp.commit, 1000, "rollback", {"error": message})
-        tails = await asyncio.gather(*(self.ops.logs(h, s.name, self.config.log_tail) for h, s in lp.specs))
-        logs = {f"{spec.name}@{host}": tail for (host, spec), tail in zip(lp.specs, tails, strict=True)}
-        await gather_hosts([self.ops.stop_remove(h, s.name) for h, s in lp.specs])
-        rec = self.store.lane(lp.lane)
-        previous = [spec_from_json(d) for d in (rec.healthy_specs if rec else [])]
-        restored_ok = False
-        restore_error = ""
-        if previous and (rec is None or rec.fingerprint != lp.fingerprint or rec.healthy_commit != lp.commit):
-            try:
-                errors = await gather_hosts([self.ops.start(h, s) for h, s in previous])
-                if errors:
-                    raise _StepFailedError("restore", "; ".join(map(str, errors)), touched=True)
-                if wait:
-                    head_host, head = previous[0]
-                    address = self.ops.targets[head_host].address
-                    port = int(dict(head.labels).get("lanes.port", "8000"))
-                    gate = await wait_ready(address, port, _served_name(head), health)
-                    restored_ok = gate.ok
-                    restore_error = gate.error or ""
-                else:
-                    restored_ok, restore_error = True, ""
-            except (LanesError, _StepFailedError, OSError) as exc:
-                restore_error = str(exc)
-        self.store.step_finished(step_id, error=None if restored_ok else (restore_error or "no previous spec"))
-        if restored_ok and not wait:
-            health_now, result = "progressing", "rolled-back"
-            error = f"{message}; previous spec restarted, its readiness is checked on the next cycle"
-            self.store.update_lane(
-                lp.lane, health=health_now, last_error=error, fingerprint=rec.fingerprint if rec else None
-            )
-            self.store.record_apply(run, lp.lane, lp.commit, lp.fingerprint, result, error, started, timings, logs)
-            return LaneResult(lp.lane, "deploy", result, error, timings, logs)
-        if restored_ok:
-            health_now, result = "degraded", "rolled-back"
-            error = f"{message}; rolled back to {rec.healthy_commit[:12] if rec and rec.healthy_commit else 'previous'}"
-        else:
-            health_now, result = "failed", "failed"
-            error = message + (f"; restoring the previous spec failed: {restore_error}" if previous else "")
-        self.store.update_lane(
-            lp.lane,
-            health=health_now,
-            last_error=error,
-            failed_fingerprint=lp.fingerprint,
-            fingerprint=rec.fingerprint if (rec and restored_ok) else None,
-        )
-        self.store.record_apply(run, lp.lane, lp.commit, lp.fingerprint, result, error, started, timings, logs)
-        self.progress(ProgressEvent(lp.lane, "rollback", "done" if restored_ok else "failed", error))
-        return LaneResult(lp.lane, "deploy", result, error, timings, logs)
+            raise StepFailedError("wait-ready", f"readiness gate failed at stage '{gate.stage}': {why}", touched=True)
 
 
-def _served_name(spec: ContainerSpec) -> str:
-    labels: Mapping[str, str] = dict(spec.labels)
-    if "lanes.served-model" in labels:
-        return labels["lanes.served-model"]
-    command = list(spec.command)
-    if "--served-model-name" in command:
-        return command[command.index("--served-model-name") + 1]
-    return labels.get("lanes.lane", "")
+__all__ = ["Executor", "ExecutorConfig", "LaneResult", "ProgressEvent", "ProgressFn", "StepFailedError"]
