@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, TextIO
 
 import structlog
 
 
 class Redactor:
-    """Replace every known secret value in every event field."""
+    """Replace every known secret value in every event field, however deeply nested.
+
+    An event may carry dicts and lists (a command's argv, a response body),
+    and an exception's text may quote what failed; all of it is rewritten.
+    """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self.secrets = [s for s in secrets if len(s) >= 6]
@@ -25,12 +29,21 @@ class Redactor:
         if not self.secrets:
             return event
         for key, value in list(event.items()):
-            if isinstance(value, str):
-                text = value
-                for secret in self.secrets:
-                    text = text.replace(secret, "[redacted]")
-                event[key] = text
+            event[key] = self._clean(value)
         return event
+
+    def _clean(self, value: Any) -> Any:
+        if isinstance(value, str):
+            for secret in self.secrets:
+                value = value.replace(secret, "[redacted]")
+            return value
+        if isinstance(value, Mapping):
+            return {self._clean(k): self._clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return [self._clean(v) for v in value]
+        if isinstance(value, BaseException):
+            return self._clean(f"{type(value).__name__}: {value}")
+        return value
 
 
 def configure(
