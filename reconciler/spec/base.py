@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 """Names of hosts, lanes and models: they become container names and labels."""
@@ -17,6 +17,22 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 NAME_RE = re.compile(NAME_PATTERN)
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case letters, digits, '.', '_', '-'")]
+
+
+def _plain_absolute(value: str) -> str:
+    """An absolute host or container path with no '.' or '..' segment.
+
+    `/models/../etc` names /etc; a reviewer reading the lane diff would not
+    see that, so such a path is refused rather than normalised.
+    """
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path (it must start with '/')")
+    if any(part in {".", ".."} for part in value.split("/")):
+        raise ValueError(f"{value!r} has a '.' or '..' segment; write the plain path it means")
+    return value
+
+
+AbsPath = Annotated[str, AfterValidator(_plain_absolute), Field(description="absolute path, no '.'/'..' segments")]
 
 
 class StrictModel(BaseModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from reconciler.spec.base import Name, StrictModel
+from reconciler.spec.base import AbsPath, Name, StrictModel
 
 
 class SSHSettings(StrictModel):
@@ -27,10 +27,10 @@ class FleetDefaults(StrictModel):
         default="enp1s0f0np0",
         description="interface NCCL/GLOO bind to (the ConnectX-7 port that cables Sparks together)",
     )
-    hf_cache: str = Field(
+    hf_cache: AbsPath = Field(
         default="/root/.cache/huggingface", description="HF cache on every host, mounted into engines"
     )
-    state_dir_on_host: str = Field(
+    state_dir_on_host: AbsPath = Field(
         default="/var/lib/lanes", description="where lanes keeps leases and env files on hosts"
     )
     registry_mirrors: tuple[str, ...] = Field(default=(), description="registry hosts to pull through, in order")

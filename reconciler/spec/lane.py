@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from reconciler.spec.base import Name, StrictModel
+from reconciler.spec.base import AbsPath, Name, StrictModel
 from reconciler.spec.bench import BenchProfile
 
 EngineKind = Literal["sglang", "vllm", "flare", "generic"]
@@ -33,8 +33,8 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Mount(StrictModel):
-    source: str = Field(min_length=1, description="path on the host")
-    target: str = Field(pattern=r"^/", description="path in the container")
+    source: AbsPath = Field(description="absolute path on the host")
+    target: AbsPath = Field(description="absolute path in the container")
     read_only: bool = False
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from reconciler.spec.base import Name, StrictModel
+from reconciler.spec.base import AbsPath, Name, StrictModel
 
 AttentionKind = Literal["mha", "gqa", "mla"]
 
@@ -81,7 +81,7 @@ class ModelSpec(StrictModel):
     name: Name
     hf_repo: str = Field(min_length=1, description="Hugging Face repo id")
     revision: str | None = Field(default=None, description="commit sha of the HF repo; a branch is not a pin")
-    path: str = Field(pattern=r"^/", description="absolute path of the checkpoint on each host")
+    path: AbsPath = Field(description="absolute path of the checkpoint on each host")
     weight_bytes: int = Field(gt=0, description="bytes of all weight shards (safetensors index total_size)")
     quantization: str = Field(default="bf16", description="weight format: bf16, fp8, mxfp8, mxfp4, nvfp4, ...")
     moe: MoE | None = None

@@ -25,16 +25,23 @@ runner = CliRunner()
 BASE = repo_files()
 LANES = sorted(p for p in BASE if p.startswith("state/lanes/"))
 
+# Mount lists whose paths climb out of where they seem to point, or are relative.
+TRAVERSALS = [
+    "[{source: ../../etc, target: /x}]",
+    "[{source: /models/../etc, target: /x}]",
+    "[{source: /srv/cache, target: /mnt/../../etc/passwd}]",
+    "[{source: ./here, target: /x}]",
+    "[{source: etc, target: /x}]",
+]
 HOSTILE_VALUES = st.one_of(
     st.integers(min_value=-(10**30), max_value=10**30).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.text(min_size=0, max_size=40).map(json.dumps),
     st.sampled_from(["[", "{a: [b", "!!python/object:os.system ls", "*undefined_alias", "&a [*a]", "~", "''"]),
+    st.sampled_from(TRAVERSALS),
 )
 NAMES = st.one_of(
-    st.text(
-        alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="/\x00"), min_size=1, max_size=30
-    ),
+    st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="/\x00"), min_size=1, max_size=30),
     st.sampled_from(["..", "CON", "café-ŝparko", "a" * 200, "-rf", ".hidden", "x y"]),
 )
 
@@ -120,3 +127,68 @@ def test_hostile_state_repos_exit_0_1_or_2_never_a_traceback(tree: tuple[dict[st
     if result.exit_code == 2:
         assert out["ok"] is False and out["error"], out
         assert out.get("file") or "--rev" in out["error"] or "repository" in out["error"], out
+
+
+@pytest.mark.parametrize("mounts", TRAVERSALS)
+def test_a_traversing_or_relative_mount_is_refused_naming_file_line_and_field(mounts: str, tmp_path: Path) -> None:
+    files = dict(BASE)
+    files[LANES[0]] = BASE[LANES[0]] + f"mounts: {mounts}\n".encode()
+    make_repo(tmp_path / "repo.git", files, {})
+    result = runner.invoke(app, ["check", "--repo", str(tmp_path / "repo.git"), "--json"])
+    assert result.exit_code == 2, result.output
+    out = json.loads(result.output)
+    assert out["file"] == LANES[0] and out["field"] in ("mounts[0].source", "mounts[0].target")
+    assert out["line"] == BASE[LANES[0]].count(b"\n") + 1
+    assert "'.' or '..' segment" in out["error"] or "absolute path" in out["error"]
+
+
+class Recorder:
+    """Stands in for the SSH transport's `run`: any call means lanes tried to touch a host."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+
+    async def __call__(self, _self: object, host: object, argv: tuple[str, ...], **_kw: object) -> None:
+        self.calls.append((str(host), tuple(argv)))
+        raise AssertionError("a host command was sent for a state that does not load")
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+@given(tree=hostile_trees())
+def test_a_state_that_does_not_load_is_never_applied(
+    tree: tuple[dict[str, bytes], dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = Recorder()
+    monkeypatch.setattr("reconciler.transport.ssh.SSHTransport.run", recorder)
+    files, links = tree
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "repo.git"
+        make_repo(repo, files, links)
+        check = runner.invoke(app, ["check", "--repo", str(repo), "--json"])
+        if check.exit_code != 2:
+            return  # loads: applying it is the reconcile tests' business, not this one's
+        (Path(tmp) / "known_hosts").write_text("")
+        (Path(tmp) / "key").write_text("")
+        apply = runner.invoke(
+            app,
+            [
+                "apply",
+                "--repo",
+                str(repo),
+                "--db",
+                f"{tmp}/lanes.db",
+                "--known-hosts",
+                f"{tmp}/known_hosts",
+                "--ssh-key",
+                f"{tmp}/key",
+                "--yes",
+                "--json",
+            ],
+        )
+    assert apply.exit_code == 2, apply.output
+    assert recorder.calls == []
+    assert "Traceback" not in apply.output

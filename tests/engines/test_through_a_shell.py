@@ -69,8 +69,8 @@ word = st.one_of(
     st.lists(st.sampled_from(ATTACKS), min_size=2, max_size=3).map("".join),
 )
 nonempty = word.filter(bool)
-# `docker run -v` splits on ':': the renderer refuses such mount paths, so they are kept out here.
-path_word = nonempty.filter(lambda s: ":" not in s)
+# `docker run -v` splits on ':' and the spec refuses '.'/'..' path segments: such paths are kept out here.
+path_word = nonempty.filter(lambda s: ":" not in s and not {".", ".."} & set(s.split("/")))
 env_name = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True)
 engines = st.sampled_from(
     [("sglang", "native"), ("vllm", "ray"), ("vllm", "native"), ("flare", "native"), ("generic", "native")]
