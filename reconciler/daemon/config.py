@@ -17,17 +17,25 @@ will see. Secret files are only ever named here, never read.
 from __future__ import annotations
 
 import os
-import re
 import socket
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from reconciler.daemon.configpaths import (
+    Section,
+    base_dir_of,
+    env_of,
+    expand_path,
+    first_dir,
+    is_remote_url,
+    path_or_none,
+)
 from reconciler.daemon.http import parse_listen
-from reconciler.daemon.tomlpos import line_of
+from reconciler.daemon.tomlpos import TOML_POS, describe_error, line_of
 from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleSettings, HostOverride
 from reconciler.spec.base import NAME_RE
@@ -44,74 +52,13 @@ SYSTEMD_ENV = {
 }
 """What `systemd/lanes-reconciler.service` sets, for `lanes config check --systemd`."""
 
-_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
-_SCP_LIKE = re.compile(r"^(?:[^@/:]+@)?[A-Za-z0-9.-]+:(?!//)")
-
 LogLevel = Literal["debug", "info", "warning", "error"]
-
-
-# -- environment-aware helpers ----------------------------------------------------------
-
-
-def _env(info: ValidationInfo) -> Mapping[str, str]:
-    ctx = info.context
-    if isinstance(ctx, Mapping) and isinstance(ctx.get("env"), Mapping):
-        env: Mapping[str, str] = ctx["env"]
-        return env
-    return os.environ
-
-
-def _base_dir(info: ValidationInfo) -> Path | None:
-    ctx = info.context
-    if isinstance(ctx, Mapping) and ctx.get("base_dir") is not None:
-        return Path(ctx["base_dir"])
-    return None
-
-
-def _first_dir(env: Mapping[str, str], name: str) -> Path | None:
-    """systemd joins several directories of one kind with ':'; the first is ours."""
-    value = env.get(name, "")
-    first = value.split(":")[0]
-    return Path(first) if first else None
-
-
-def expand_path(value: str | Path, env: Mapping[str, str], base_dir: Path | None) -> Path:
-    """`~` and `$VAR`/`${VAR}` expanded; a variable that is not set is an error, not an empty string."""
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        if name not in env or not env[name]:
-            raise ValueError(f"${name} is not set in this environment (it is set by systemd for the service)")
-        return env[name].split(":")[0] if name.endswith("_DIRECTORY") else env[name]
-
-    text = _VAR.sub(sub, str(value))
-    path = Path(text).expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        path = base_dir / path
-    return path
-
-
-def is_remote_url(url: str) -> bool:
-    """ssh://, https://, file:// and scp-like `git@host:team/repo.git` are remote; anything else is a local path."""
-    return "://" in url or bool(_SCP_LIKE.match(url))
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-def _path_or_none(value: Any, info: ValidationInfo) -> Any:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str | Path):
-        return expand_path(value, _env(info), _base_dir(info))
-    return value
 
 
 # -- sections ---------------------------------------------------------------------------
 
 
-class RepoSettings(_Section):
+class RepoSettings(Section):
     """[repo]: the state repository the daemon converges toward."""
 
     url: str = Field(
@@ -153,7 +100,7 @@ class RepoSettings(_Section):
     @classmethod
     def _env_defaults(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, dict) and "mirror_dir" not in data:
-            state = _first_dir(_env(info), "STATE_DIRECTORY")
+            state = first_dir(env_of(info), "STATE_DIRECTORY")
             if state is not None:
                 data = {**data, "mirror_dir": state / "mirror"}
         return data
@@ -163,12 +110,12 @@ class RepoSettings(_Section):
     def _url(cls, value: str, info: ValidationInfo) -> str:
         if is_remote_url(value):
             return value
-        return str(expand_path(value, _env(info), _base_dir(info)))
+        return str(expand_path(value, env_of(info), base_dir_of(info)))
 
     @field_validator("mirror_dir", mode="before")
     @classmethod
     def _mirror(cls, value: Any, info: ValidationInfo) -> Any:
-        return _path_or_none(value, info)
+        return path_or_none(value, info)
 
     @field_validator("state_dir", "policies_dir")
     @classmethod
@@ -181,7 +128,7 @@ class RepoSettings(_Section):
     @field_validator("allowed_signers", mode="before")
     @classmethod
     def _signers_path(cls, value: Any, info: ValidationInfo) -> Any:
-        return _path_or_none(value, info)
+        return path_or_none(value, info)
 
     @field_validator("allowed_signers")
     @classmethod
@@ -197,7 +144,7 @@ class RepoSettings(_Section):
         return not is_remote_url(self.url)
 
 
-class SshSettings(_Section):
+class SshSettings(Section):
     """[ssh]: how the daemon reaches the Sparks."""
 
     key: Path = Field(
@@ -223,9 +170,9 @@ class SshSettings(_Section):
     def _env_defaults(cls, data: Any, info: ValidationInfo) -> Any:
         if not isinstance(data, dict):
             return data
-        env = _env(info)
-        creds = _first_dir(env, "CREDENTIALS_DIRECTORY")
-        conf = _first_dir(env, "CONFIGURATION_DIRECTORY")
+        env = env_of(info)
+        creds = first_dir(env, "CREDENTIALS_DIRECTORY")
+        conf = first_dir(env, "CONFIGURATION_DIRECTORY")
         if "key" not in data and creds is not None:
             data = {**data, "key": creds / "ssh-key"}
         if "known_hosts" not in data and conf is not None:
@@ -235,10 +182,10 @@ class SshSettings(_Section):
     @field_validator("key", "known_hosts", mode="before")
     @classmethod
     def _paths(cls, value: Any, info: ValidationInfo) -> Any:
-        return _path_or_none(value, info)
+        return path_or_none(value, info)
 
 
-class DaemonSettings(_Section):
+class DaemonSettings(Section):
     """[daemon]: the daemon itself."""
 
     owner: str = Field(
@@ -266,9 +213,9 @@ class DaemonSettings(_Section):
     def _env_defaults(cls, data: Any, info: ValidationInfo) -> Any:
         if not isinstance(data, dict):
             return data
-        env = _env(info)
-        state = _first_dir(env, "STATE_DIRECTORY")
-        creds = _first_dir(env, "CREDENTIALS_DIRECTORY")
+        env = env_of(info)
+        state = first_dir(env, "STATE_DIRECTORY")
+        creds = first_dir(env, "CREDENTIALS_DIRECTORY")
         if "db" not in data and state is not None:
             data = {**data, "db": state / "lanes.db"}
         if "secrets_dir" not in data and creds is not None:
@@ -278,7 +225,7 @@ class DaemonSettings(_Section):
     @field_validator("db", "secrets_dir", mode="before")
     @classmethod
     def _paths(cls, value: Any, info: ValidationInfo) -> Any:
-        return _path_or_none(value, info)
+        return path_or_none(value, info)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -286,7 +233,7 @@ class DaemonSettings(_Section):
         return value.lower() if isinstance(value, str) else value
 
 
-class HttpSettings(_Section):
+class HttpSettings(Section):
     """[http]: /healthz, /status, /metrics and the webhook."""
 
     enabled: bool = Field(True, description="serve the HTTP endpoint at all")
@@ -309,14 +256,14 @@ class HttpSettings(_Section):
     @field_validator("webhook_secret_file", mode="before")
     @classmethod
     def _path(cls, value: Any, info: ValidationInfo) -> Any:
-        return _path_or_none(value, info)
+        return path_or_none(value, info)
 
     @property
     def host_port(self) -> tuple[str, int]:
         return parse_listen(self.listen)
 
 
-class HostOverrideSettings(_Section):
+class HostOverrideSettings(Section):
     """[hosts.<name>]: reach a host somewhere else than its state address (a tunnel, a simulated Spark)."""
 
     address: str = Field(min_length=1, description="address or name to connect to instead of the state's")
@@ -324,7 +271,7 @@ class HostOverrideSettings(_Section):
     user: str | None = Field(None, min_length=1, description="SSH user instead of the state's (default: the state's)")
 
 
-class UpstreamSettings(_Section):
+class UpstreamSettings(Section):
     """[upstream]: polling engine releases and registries for the gap table and proposals."""
 
     enabled: bool = Field(False, description="poll the sources of state/upstreams.yaml")
@@ -333,13 +280,13 @@ class UpstreamSettings(_Section):
     )
 
 
-class BenchSettings(_Section):
+class BenchSettings(Section):
     """[bench]: benchmark a lane after it changes and commit the evidence."""
 
     enabled: bool = Field(False, description="benchmark each lane after a change and commit evidence/<lane>/...json")
 
 
-class DaemonConfig(_Section):
+class DaemonConfig(Section):
     """The whole file. Build it with `load_config` (or `parse_config` for text)."""
 
     repo: RepoSettings = Field(description="the state repository")
@@ -395,20 +342,6 @@ class DaemonConfig(_Section):
 
 # -- loading ----------------------------------------------------------------------------
 
-_TOML_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
-
-
-def _describe(error: Mapping[str, Any], model_fields: Mapping[str, Any] | None) -> str:
-    kind = error.get("type", "")
-    if kind == "extra_forbidden":
-        allowed = f" (allowed: {', '.join(sorted(model_fields))})" if model_fields else ""
-        return f"unknown key{allowed}"
-    if kind == "missing":
-        return "required key is missing"
-    message = str(error.get("msg", "invalid value"))
-    return message.removeprefix("Value error, ")
-
-
 _SECTIONS: dict[str, type[BaseModel]] = {
     "repo": RepoSettings,
     "ssh": SshSettings,
@@ -443,9 +376,9 @@ def parse_config(
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
-        pos = _TOML_POS.search(message)
+        pos = TOML_POS.search(message)
         line = int(pos.group(1)) if pos else None
-        raise InputError(f"not valid TOML: {_TOML_POS.sub('', message)}", file=str(file), line=line) from None
+        raise InputError(f"not valid TOML: {TOML_POS.sub('', message)}", file=str(file), line=line) from None
     context = {"env": os.environ if env is None else env, "base_dir": base_dir}
     try:
         return DaemonConfig.model_validate(raw, context=context)
@@ -454,7 +387,7 @@ def parse_config(
         first = errors[0]
         loc = tuple(first["loc"])
         more = len(errors) - 1
-        message = _describe(first, _fields_at(loc))
+        message = describe_error(first, _fields_at(loc))
         if more:
             message += f" (and {more} more problem{'s' if more > 1 else ''})"
         raise InputError(

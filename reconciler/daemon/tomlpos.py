@@ -4,12 +4,15 @@ tomllib reports positions only for syntax errors; pydantic reports a key path
 (`("repo", "fetch_interval_s")`). This maps a key path back to the line that
 sets it, or to the header of its table when the key is missing, so a person
 is sent to the right line. It is a line scanner, not a TOML parser: it only
-has to recognise table headers and `key =` / `a.b =` assignments.
+has to recognise table headers and `key =` / `a.b =` assignments. The
+error's wording is settled here too (`describe_error`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 _HEADER = re.compile(r"^\s*\[\[?\s*(.+?)\s*\]\]?\s*(?:#.*)?$")
 _PART = r"""(?:"(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)"""
@@ -62,3 +65,18 @@ def line_of(text: str, loc: tuple[str | int, ...]) -> int | None:
         if common > best[0]:
             best = (common, number)
     return best[1]
+
+
+TOML_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+
+
+def describe_error(error: Mapping[str, Any], model_fields: Mapping[str, Any] | None) -> str:
+    """One pydantic error in words a person editing the file understands."""
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        allowed = f" (allowed: {', '.join(sorted(model_fields))})" if model_fields else ""
+        return f"unknown key{allowed}"
+    if kind == "missing":
+        return "required key is missing"
+    message = str(error.get("msg", "invalid value"))
+    return message.removeprefix("Value error, ")
