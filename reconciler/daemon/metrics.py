@@ -95,6 +95,29 @@ class Metrics:
             ["lane"],
             registry=r,
         )
+        self.store_writable = Gauge(
+            "lanes_store_writable",
+            "1 while the journal (sqlite) takes writes, 0 while the disk refuses them",
+            registry=r,
+        )
+        self.store_held = Gauge(
+            "lanes_store_held_writes", "Journal records held in memory because the disk refused them", registry=r
+        )
+        self.source_up = Gauge("lanes_source_up", "1 when the last fetch of the state repository worked", registry=r)
+        self.fetch_failures = Counter(
+            "lanes_source_fetch_failures", "Fetches of the state repository that failed", registry=r
+        )
+        self.last_fetch = Gauge(
+            "lanes_source_last_fetch_success_timestamp_seconds",
+            "Unix time of the last fetch of the state repository that worked",
+            registry=r,
+        )
+        self.blocked = Gauge(
+            "lanes_lanes_blocked",
+            "Lanes the last cycle could not act on (a host leased by another reconciler, or unreachable)",
+            registry=r,
+        )
+        self.store_writable.set(1)
         for outcome in ("ok", "failed", "error"):
             self.cycles.labels(outcome=outcome)
         for health in HEALTHS:
@@ -144,6 +167,17 @@ class Metrics:
         """A new commit was denied: count each distinct rule once (call once per commit, not per resync)."""
         for rule in sorted(set(rules)):
             self.denials.labels(rule=rule).inc()
+
+    def set_store(self, *, writable: bool, held: int) -> None:
+        self.store_writable.set(1 if writable else 0)
+        self.store_held.set(held)
+
+    def record_fetch(self, *, ok: bool, when: float | None = None) -> None:
+        self.source_up.set(1 if ok else 0)
+        if ok:
+            self.last_fetch.set(time.time() if when is None else when)
+        else:
+            self.fetch_failures.inc()
 
     def set_upstream_gaps(self, gaps: Mapping[str, tuple[int, float]]) -> None:
         """Replace the gap table: lane -> (releases behind, days behind)."""

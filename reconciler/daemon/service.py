@@ -6,6 +6,12 @@ trigger, and the main loop reconciles once toward whatever the branch head is
 at that moment. apscheduler runs the interval jobs on this loop (never two of
 one job at once, each under a timeout). SIGTERM cancels the cycle in flight,
 whose transaction puts the last healthy spec back; SIGHUP reloads the config.
+
+What runs on the hosts only changes when the daemon can record it: while the
+journal's disk refuses writes no cycle starts (it is retried every few
+seconds). A remote that does not answer leaves the last fetched head in
+charge; lanes blocked by another reconciler's lease are retried with backoff.
+None of these stops the daemon; `reconciler.daemon.conditions` says them.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from typing import Any
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from reconciler.daemon.conditions import STORE_RETRY_S, Backoff, Retries, SourceHealth, health, store_status
 from reconciler.daemon.config import DaemonConfig, load_config
+from reconciler.daemon.hookroute import receive_push
 from reconciler.daemon.http import HttpServer
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
@@ -34,13 +42,14 @@ from reconciler.execute.cycle import Reconciler
 from reconciler.execute.secrets import SecretStore
 from reconciler.source.mirror import Mirror
 from reconciler.source.watch import watch_refs
-from reconciler.source.webhook import parse_push, verify_signature
 from reconciler.store.journal import Store
 from reconciler.store.status import status_rows
 from reconciler.transport.ssh import SSHTransport
 
 log = structlog.get_logger("lanes.daemon")
 JOB_TIMEOUT_S = 600.0
+FORCED = frozenset({"resync", "start", "reload", "retry", "store-retry", "blocked-retry"})
+"""Reasons that reconcile even when the head did not move (the hosts or the daemon's footing may have)."""
 UPSTREAM_TIMEOUT_S = 3600.0  # a trial loads a model on spare hosts: tens of minutes on a Spark
 
 
@@ -64,11 +73,15 @@ class Daemon:
         self.last_head: str | None = None
         self.last_cycle: dict[str, Any] = {}
         self.phase = "starting"
+        self.source = SourceHealth(config.repo.url)
+        self.backoff = Backoff()
+        self.retries = Retries(self.trigger.kick)
+        self._store_down = False
         self._setup()
 
     def _setup(self) -> None:
         cfg = self.config
-        self.store = Store(cfg.daemon.db)
+        self.store = Store(cfg.daemon.db, hold_writes=True)
         self.transport = SSHTransport(
             cfg.ssh.known_hosts,
             [cfg.ssh.key],
@@ -100,8 +113,20 @@ class Daemon:
         try:
             head = await asyncio.to_thread(self.mirror.fetch)
         except LanesError as exc:
-            log.warning("repo.fetch_failed", error=str(exc), url=self.config.repo.url)
+            self.source.failed(str(exc))
+            self.metrics.record_fetch(ok=False)
+            log.warning(
+                "repo.fetch_failed",
+                error=str(exc),
+                url=self.config.repo.url,
+                failures=self.source.failures,
+                keeping=self.last_head,
+            )
             return None
+        down = self.source.succeeded()
+        self.metrics.record_fetch(ok=True, when=self.source.last_success)
+        if down is not None:
+            log.info("repo.fetch_recovered", url=self.config.repo.url, down_s=round(down, 1), head=head)
         return head
 
     async def _fetch_job(self) -> None:
@@ -154,13 +179,13 @@ class Daemon:
         if head is None:
             self.set_phase("waiting for the branch to exist")
             return
-        force = bool(reasons & {"resync", "start", "reload", "retry"})
-        if head == self.last_head and not force:
+        if head == self.last_head and not reasons & FORCED:
+            return
+        if not self._store_ready():
             return
         self.set_phase(f"reconciling {head[:12]}")
         t0 = time.monotonic()
         outcome = await self.decider.decide(head)
-        self.last_head = head
         self.last_cycle = {
             "commit": head,
             "outcome": outcome,
@@ -168,7 +193,38 @@ class Daemon:
             "reasons": sorted(reasons),
             "finished": time.time(),
         }
+        if not self._store_ready():
+            return  # records of this cycle are held: the head is reconciled again once they are written
+        self.last_head = head
+        self._retry_blocked()
         self.set_phase(f"idle at {head[:12]}: {outcome}")
+
+    def _store_ready(self) -> bool:
+        """Held records written and one more write taken; else say why, keep what runs, look again soon."""
+        writable = self.store.writable(self.config.daemon.owner)
+        self.metrics.set_store(writable=writable, held=self.store.held_writes)
+        if writable:
+            if self._store_down:
+                log.info("store.recovered", db=str(self.store.path))
+                self._store_down = False
+            return True
+        if not self._store_down:
+            log.error("store.unwritable", db=str(self.store.path), error=self.store.problem, keeping=self.last_head)
+            self._store_down = True
+        applied = self.last_head[:12] if self.last_head else "nothing yet"
+        self.set_phase(f"journal not writable, hosts keep what runs (last applied {applied})")
+        self.retries.later("store-retry", STORE_RETRY_S)
+        return False
+
+    def _retry_blocked(self) -> None:
+        """Lanes blocked by a lease or an unreachable host are looked at again with backoff, not at the resync."""
+        if not self.decider.blocked:
+            self.backoff.reset()
+            self.retries.cancel("blocked-retry")
+            return
+        delay = self.backoff.next()
+        log.info("cycle.blocked", lanes=sorted(self.decider.blocked), retry_in_s=round(delay, 1))
+        self.retries.later("blocked-retry", delay)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -224,12 +280,20 @@ class Daemon:
                 if not ready:
                     self.notifier.ready()
                     ready = True
-                with contextlib.suppress(asyncio.CancelledError):
+                try:
                     await self.cycle_task
+                except asyncio.CancelledError:
+                    pass
+                except Exception as exc:
+                    # A cycle that breaks costs that cycle, never the daemon: what runs stays, it is tried again.
+                    log.exception("cycle.crashed", error=str(exc) or type(exc).__name__)
+                    self.set_phase(f"last cycle failed: {exc}")
+                    self.retries.later("blocked-retry", self.backoff.next())
                 self.cycle_task = None
         finally:
             self.notifier.stopping()
             self.set_phase("stopping")
+            self.retries.cancel_all()
             scheduler.shutdown(wait=False)
             if watcher is not None:
                 watcher.cancel()
@@ -238,6 +302,8 @@ class Daemon:
             if http is not None:
                 await http.close()
             await self.transport.close()
+            if not self.store.flush():
+                log.error("store.records_lost", db=str(self.store.path), held=self.store.held_writes)
             self.store.close()
         return 0
 
@@ -298,41 +364,32 @@ class Daemon:
         )
 
     def _health(self) -> tuple[bool, str]:
-        return True, self.phase
+        return health(self.phase, self.store, self.source, self.decider.blocked)
 
     def status(self) -> dict[str, Any]:
         desired = self.decider.last_desired
         rows = status_rows(self.store, desired)
         self.metrics.update_from_status(rows)
-        return {"phase": self.phase, "head": self.last_head, "last_cycle": self.last_cycle, "lanes": rows}
+        return {
+            "phase": self.phase,
+            "owner": self.config.daemon.owner,
+            "head": self.last_head,
+            "last_cycle": self.last_cycle,
+            "store": store_status(self.store),
+            "source": self.source.as_dict(),
+            "blocked": dict(self.decider.blocked),
+            "lanes": rows,
+        }
 
     def _metrics(self) -> tuple[bytes, str]:
         self.status()
         return self.metrics.render()
 
     async def _webhook(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
-        secret_file = self.config.http.webhook_secret_file
-        if secret_file is None:
-            return 404, "webhook not configured"
-        try:
-            secret = secret_file.read_bytes().strip()
-        except OSError as exc:
-            log.error("webhook.secret_unreadable", path=str(secret_file), error=exc.strerror)
-            return 503, "webhook secret unreadable"
-        if not secret:
-            # An empty key makes every HMAC forgeable: treat it as not configured.
-            log.error("webhook.secret_empty", path=str(secret_file))
-            return 503, "webhook secret is empty"
-        if not verify_signature(headers, body, secret):
-            log.warning("webhook.bad_signature")
-            return 401, "bad signature"
-        event = parse_push(headers, body)
-        if event is None:
-            return 202, "ignored: not a push"
-        if event.ref != f"refs/heads/{self.config.repo.branch}":
-            return 202, f"ignored: {event.ref} is not the watched branch"
-        self.trigger.kick("webhook")
-        return 202, "fetch scheduled"
+        status, text, fetch = receive_push(self.config.http.webhook_secret_file, self.config.repo.branch, headers, body)
+        if fetch:
+            self.trigger.kick("webhook")
+        return status, text
 
 
 async def run_daemon(config_path: Path) -> int:

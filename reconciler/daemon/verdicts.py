@@ -12,6 +12,7 @@ import asyncio
 import time
 from typing import Any
 
+import pygit2
 import structlog
 
 from reconciler.daemon.config import DaemonConfig
@@ -46,6 +47,8 @@ class CommitDecider:
         self.mirror = mirror
         self.metrics = metrics
         self.last_desired: DesiredState | None = None
+        self.blocked: dict[str, str] = {}
+        """Lanes the last cycle could not act on, and why (a host leased by another reconciler, unreachable)."""
 
     async def decide(self, head: str) -> str:
         t0 = time.monotonic()
@@ -53,25 +56,30 @@ class CommitDecider:
         try:
             refusal = self._refusal(head)
             if refusal is not None:
-                self._record(head, "refused", {"refused": refusal})
+                await self._record(head, "refused", {"refused": refusal})
                 self.metrics.record_cycle(time.monotonic() - t0, error=refusal)
                 return "refused"
             try:
                 loaded = load_commit(self.mirror.repo, head, self.config.repo.state_dir, self.config.repo.policies_dir)
             except InputError as exc:
-                self._record(head, "invalid", {"refused": f"invalid state: {exc.describe()}"})
+                await self._record(head, "invalid", {"refused": f"invalid state: {exc.describe()}"})
                 self.metrics.record_cycle(time.monotonic() - t0, error=exc.describe())
                 return "invalid"
             self.last_desired = loaded.desired
             result = await self.reconciler.run_cycle(loaded, progress=log_progress)
             outcome = self._outcome(result)
             self.metrics.record_cycle(time.monotonic() - t0, result.results)
+            self.blocked = {r.lane: r.error or "blocked" for r in result.results if r.result == "blocked"}
+            for lane, why in sorted(self.blocked.items()):
+                log.info("lane.blocked", lane=lane, reason=why)
+            self.metrics.blocked.set(len(self.blocked))
             changed = any(r.result != "noop" for r in result.results)
-            first_decision = self.store.commit_outcome(head) is None
-            if first_decision:  # resyncs of the same commit must not count its denials again
+            recorded = self.store.commit_outcome(head)
+            if recorded is None:  # resyncs of the same commit must not count its denials again
                 self.metrics.record_denials(v.rule for v in result.verdict.violations if v.severity == "deny")
-            if changed or first_decision:
-                self._record(head, outcome, self._verdict(result))
+            verdict = self._verdict(result)
+            if recorded is None or recorded["outcome"] != outcome or (changed and not _repeats(recorded, verdict)):
+                await self._record(head, outcome, verdict)
             await benchmark_changed(self.config, loaded.desired, result, self.mirror, self.store)
             log.info("cycle.done", outcome=outcome, seconds=round(time.monotonic() - t0, 3))
             return outcome
@@ -118,18 +126,36 @@ class CommitDecider:
             lanes.append(entry)
         return {"commit": result.commit, "lanes": lanes}
 
-    def _record(self, head: str, outcome: str, verdict: dict[str, Any]) -> None:
+    async def _record(self, head: str, outcome: str, verdict: dict[str, Any]) -> None:
         verdict = {**verdict, "commit": head, "outcome": outcome}
         self.store.record_commit(head, outcome, verdict)
         try:
-            write_verdict_note(self.mirror.repo, head, verdict)
-        except (LanesError, OSError, ValueError) as exc:
+            # In a thread, on the mirror's lock: a fetch may be updating the notes refs right now.
+            await asyncio.to_thread(self._write_note, head, verdict)
+        except (LanesError, OSError, ValueError, pygit2.GitError) as exc:
             log.warning("note.write_failed", error=str(exc))
             return
         asyncio.get_running_loop().run_in_executor(None, self._push_notes)
+
+    def _write_note(self, head: str, verdict: dict[str, Any]) -> None:
+        with self.mirror.lock:
+            write_verdict_note(self.mirror.repo, head, verdict)
 
     def _push_notes(self) -> None:
         try:
             self.mirror.push_notes()
         except LanesError as exc:
             log.warning("note.push_failed", error=str(exc))
+
+
+def _repeats(recorded: dict[str, Any], verdict: dict[str, Any]) -> bool:
+    """A cycle that only finds the same lanes blocked or denied again adds nothing to the commit's record.
+
+    A lane blocked by another reconciler's lease is retried every few seconds; recording each retry would
+    fill the commit's note with the same line.
+    """
+    lanes = verdict.get("lanes") or []
+    if any(entry.get("result") not in {"blocked", "denied"} for entry in lanes):
+        return False
+    before = {(e.get("lane"), e.get("result")) for e in recorded["detail"].get("lanes") or []}
+    return {(e.get("lane"), e.get("result")) for e in lanes} == before

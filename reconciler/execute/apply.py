@@ -20,6 +20,7 @@ from functools import partial
 from reconciler.engines import ContainerSpec
 from reconciler.errors import LanesError
 from reconciler.execute.hostops import HostOps, gather_hosts
+from reconciler.execute.leases import LeaseBlockedError, LeaseMixin
 from reconciler.execute.readiness import GateResult, wait_ready
 from reconciler.execute.results import (
     ExecutorConfig,
@@ -48,7 +49,7 @@ from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
 
 
-class Executor(RollbackMixin):
+class Executor(RollbackMixin, LeaseMixin):
     def __init__(
         self,
         ops: HostOps,
@@ -63,13 +64,17 @@ class Executor(RollbackMixin):
         self.config = config
         self.progress = progress or (lambda _e: None)
         self._host_locks: dict[str, asyncio.Lock] = {}
+        self._renewals: dict[str, asyncio.Task[None]] = {}
 
     async def apply(self, plan: Plan, desired: DesiredState, lease_file: str) -> list[LaneResult]:
         # Stops go first (a deploy may need the hosts they free), then the rest concurrently.
         stops = [lp for lp in plan.lanes if lp.action == "stop"]
         rest = [lp for lp in plan.lanes if lp.action != "stop"]
-        results = [await self._one(lp, desired, lease_file) for lp in stops]
-        results += await asyncio.gather(*(self._one(lp, desired, lease_file) for lp in rest))
+        try:
+            results = [await self._one(lp, desired, lease_file) for lp in stops]
+            results += await asyncio.gather(*(self._one(lp, desired, lease_file) for lp in rest))
+        finally:
+            await self._stop_renewals()  # every path releases its leases; this only guards against leaks
         return results
 
     async def _one(self, lp: LanePlan, desired: DesiredState, lease_file: str) -> LaneResult:
@@ -112,7 +117,10 @@ class Executor(RollbackMixin):
         elif lp.action == "denied":
             fields.update(health="denied", last_error=lp.reason)
         elif lp.action == "fail":
-            fields.update(health="failed", last_error=lp.reason)
+            # Refused at planning (a model path missing), before anything was stopped: as after a failed
+            # pull, ranks that served still serve, only not the desired spec.
+            served = rec is not None and rec.health in {"healthy", "degraded"}
+            fields.update(health="degraded" if served else "failed", last_error=lp.reason)
         else:  # blocked: keep the health it had, say why
             fields.update(last_error=lp.reason)
             if rec is None:
@@ -144,9 +152,12 @@ class Executor(RollbackMixin):
         try:
             for seq, step in enumerate(lp.steps):
                 if isinstance(step, AcquireLeases):
-                    await self._run_step(run, lp, seq, step, partial(self._lease, step.hosts, lease_file, leased))
+                    lease = partial(self._lease, step.hosts, lease_file, leased, lp.lane)
+                    await self._run_step(run, lp, seq, step, lease)
                 elif isinstance(step, StopContainers):
                     await self._run_step(run, lp, seq, step, partial(self._stop, step))
+        except LeaseBlockedError as exc:
+            return await self._lease_blocked(lp, exc, self.store.lane(lp.lane), leased, lease_file)
         except (LanesError, StepFailedError) as exc:
             self.store.update_lane(lp.lane, last_error=str(exc), desired_commit=lp.commit)
             self.store.record_apply(run, lp.lane, lp.commit, None, "failed", str(exc), started, {})
@@ -164,18 +175,6 @@ class Executor(RollbackMixin):
         )
         self.store.record_apply(run, lp.lane, lp.commit, None, "stopped", None, started, {})
         return LaneResult(lp.lane, "stop", "stopped")
-
-    async def _lease(self, hosts: tuple[str, ...], lease_file: str, leased: list[str]) -> None:
-        async def one(host: str) -> None:
-            await self.ops.acquire_lease(host, lease_file, self.config.owner, self.config.lease_ttl_s)
-            leased.append(host)
-
-        errors = await gather_hosts([one(h) for h in hosts])
-        if errors:
-            raise StepFailedError("lease", "; ".join(map(str, errors)), touched=False)
-
-    async def _release(self, hosts: list[str], lease_file: str) -> None:
-        await asyncio.gather(*(self.ops.release_lease(h, lease_file, self.config.owner) for h in hosts))
 
     async def _stop(self, step: StopContainers) -> None:
         errors = await gather_hosts([self.ops.stop_remove(c.host, c.name) for c in step.containers])
@@ -197,7 +196,8 @@ class Executor(RollbackMixin):
         try:
             for seq, step in enumerate(lp.steps):
                 if isinstance(step, AcquireLeases):
-                    await self._run_step(run, lp, seq, step, partial(self._lease, step.hosts, lease_file, leased))
+                    lease = partial(self._lease, step.hosts, lease_file, leased, lp.lane)
+                    await self._run_step(run, lp, seq, step, lease)
                 elif isinstance(step, PullImages):
                     await self._run_step(run, lp, seq, step, partial(self._pull, step))
                 elif isinstance(step, WriteEnvFiles):
@@ -214,6 +214,8 @@ class Executor(RollbackMixin):
                     await self._run_step(
                         run, lp, seq, step, partial(self._gate, step, health, started_ranks, timings, t0)
                     )
+        except LeaseBlockedError as exc:
+            return await self._lease_blocked(lp, exc, before, leased, lease_file)
         except (LanesError, StepFailedError, OSError) as exc:
             message = str(exc)
             if not touched:
@@ -334,6 +336,36 @@ class Executor(RollbackMixin):
         if not gate.ok:
             why = f"{gate.error}" + (f" ({'; '.join(dead)})" if dead else "")
             raise StepFailedError("wait-ready", f"readiness gate failed at stage '{gate.stage}': {why}", touched=True)
+        # The head can serve a token while another rank is already gone (its host rebooted or was cut
+        # off between two looks of the watcher): the lane is ready only if every rank still runs.
+        gone = await self._ranks_gone(ranks)
+        if gone:
+            raise StepFailedError(
+                "wait-ready", f"the head became ready but not every rank runs: {'; '.join(gone)}", touched=True
+            )
+
+    async def _ranks_gone(self, ranks: list[tuple[str, ContainerSpec]]) -> list[str]:
+        """Ranks that are not running; a host that does not answer gets a second look, as in the watch."""
+        gone: list[str] = []
+        pending = list(ranks)
+        for attempt in (1, 2):
+            states = await asyncio.gather(*(self.ops.state(h, s.name) for h, s in pending), return_exceptions=True)
+            retry: list[tuple[str, ContainerSpec]] = []
+            for (host, spec), state in zip(pending, states, strict=True):
+                if isinstance(state, LanesError):
+                    if attempt == 1:
+                        retry.append((host, spec))
+                    else:
+                        gone.append(f"{spec.name}@{host} unreachable: {state}")
+                elif isinstance(state, BaseException):
+                    raise state
+                elif state not in {"running", "created"}:
+                    gone.append(f"{spec.name}@{host} is {state}")
+            if not retry:
+                break
+            pending = retry
+            await asyncio.sleep(self.config.watch_interval_s)
+        return gone
 
 
 __all__ = ["Executor", "ExecutorConfig", "LaneResult", "ProgressEvent", "ProgressFn", "StepFailedError"]

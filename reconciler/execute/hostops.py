@@ -12,10 +12,21 @@ import json
 from collections.abc import Awaitable, Mapping, Sequence
 
 from reconciler.engines import ContainerSpec, docker_run_argv
-from reconciler.errors import LanesError, PermanentError
+from reconciler.errors import LanesError, PermanentError, TransientError
 from reconciler.facts.commands import dropcaches_argv, envfile_argv, lease_argv
+from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.facts.parse import parse_lease_output
 from reconciler.transport.base import HostTarget, Transport
+
+
+class LeaseHeldError(TransientError):
+    """Another reconciler holds the host's lease: wait for it to finish (or for the lease to expire)."""
+
+    def __init__(self, host: str, holder: str, expires: float) -> None:
+        self.host = host
+        self.holder = holder
+        self.expires = expires
+        super().__init__(f"{host} is leased by {holder} until {expires:.0f}")
 
 
 class HostOps:
@@ -46,6 +57,8 @@ class HostOps:
         argv = lease_argv("acquire", lease_file, owner, ttl_s)
         result = await self.transport.run(self.targets[host], argv, timeout=self.timeout, check=False)
         outcome = parse_lease_output(result.stdout) if result.stdout.strip() else None
+        if result.exit_status == LEASE_CONFLICT_EXIT and outcome is not None and outcome.lease is not None:
+            raise LeaseHeldError(host, outcome.lease.owner, outcome.lease.expires)
         if result.exit_status != 0 or outcome is None or not outcome.ok:
             holder = outcome.lease.owner if outcome and outcome.lease else "unknown"
             raise PermanentError(f"{host}: lease held by {holder} ({result.stderr.strip() or 'busy'})")

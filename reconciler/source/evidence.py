@@ -34,6 +34,13 @@ def commit_evidence(
     """Commit `files` (repo path -> bytes) on `branch` and publish it; returns the new commit."""
     if local_worktree is not None:
         return _commit_in_worktree(local_worktree, files, message, author)
+    with mirror.lock:  # a fetch or a notes push in another thread must not move refs under us
+        return _commit_in_mirror(mirror, files, message, branch, author)
+
+
+def _commit_in_mirror(
+    mirror: Mirror, files: Mapping[str, bytes], message: str, branch: str, author: tuple[str, str]
+) -> str:
     repo = mirror.repo
     sig = pygit2.Signature(*author)
     last: Exception | None = None

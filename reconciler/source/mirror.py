@@ -15,7 +15,9 @@ host key once callbacks are set: a pinned known_hosts file (no trust on first
 use) can only be enforced by OpenSSH. `https://` goes through libgit2, which
 verifies TLS itself.
 
-One caller at a time: the daemon runs fetches and pushes from one job.
+Fetches, pushes and note writes take turns on one lock (`Mirror.lock`): the
+daemon fetches in one worker thread while a verdict's note is written and
+pushed in another, and git fails a ref that two of them update at once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import re
 import shlex
 import subprocess
+import threading
 from pathlib import Path
 from typing import Literal
 
@@ -92,6 +95,8 @@ class Mirror:
             ("git" if is_ssh_url(url) else "libgit2") if transport == "auto" else transport
         )
         self._repo: pygit2.Repository | None = None
+        self.lock = threading.RLock()
+        """Held by every fetch and push; callers that write refs themselves (notes) take it too."""
 
     # -- the repository ---------------------------------------------------------
 
@@ -136,16 +141,27 @@ class Mirror:
         Raises TransientError when the remote cannot be reached or has no such
         branch yet: the daemon keeps the state it has and tries again later.
         """
-        repo = self.repo
+        with self.lock:
+            return self._fetch_branch()
+
+    def _fetch_branch(self) -> str:
+        try:
+            repo = self.repo
+        except (pygit2.GitError, OSError) as exc:
+            raise TransientError(f"{self.path}: cannot open the mirror: {exc}") from exc
         specs = [f"+refs/heads/{self.branch}:{self.tracking_ref}", NOTES_FETCH_SPEC]
         self._fetch(specs)
         ref = repo.references.get(self.tracking_ref)
         if ref is None:
             raise TransientError(f"{self.url}: fetch: no branch '{self.branch}' on the remote")
         head = ref.target
-        # A local branch at the same commit keeps HEAD meaningful in the bare mirror.
-        repo.references.create(f"refs/heads/{self.branch}", head, force=True)
-        merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF)
+        try:
+            # A local branch at the same commit keeps HEAD meaningful in the bare mirror.
+            repo.references.create(f"refs/heads/{self.branch}", head, force=True)
+            merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF)
+        except (pygit2.GitError, OSError) as exc:
+            # The mirror's own disk (full, read-only): the fetched head is still known, say why the rest is not.
+            raise TransientError(f"{self.path}: cannot update the mirror after fetching {self.url}: {exc}") from exc
         return str(head)
 
     def _fetch(self, specs: list[str]) -> None:
@@ -172,6 +188,10 @@ class Mirror:
         Returns False when there are no notes to push. Raises TransientError
         when the remote is unreachable or keeps refusing after the retries.
         """
+        with self.lock:
+            return self._push_notes()
+
+    def _push_notes(self) -> bool:
         repo = self.repo
         if repo.references.get(NOTES_REF) is None:
             return False
@@ -188,7 +208,8 @@ class Mirror:
 
     def push_ref(self, local_ref: str, remote_ref: str) -> None:
         """Push one ref (no force); PushRejectedError when the remote moved on, TransientError when down."""
-        self._push(f"{local_ref}:{remote_ref}")
+        with self.lock:
+            self._push(f"{local_ref}:{remote_ref}")
 
     def _push(self, spec: str) -> None:
         if self.transport == "git":

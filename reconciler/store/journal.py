@@ -4,14 +4,21 @@ Every step is written before it runs, so a daemon killed mid-apply can see on
 restart which lane transaction was in flight and roll it back or finish it.
 Lane records keep the last healthy rank specs, which is what a rollback
 restores, and the fingerprint that failed, which is not retried.
+
+The CLI's writes fail with TransientError when the disk refuses them. The
+daemon opens the store with `hold_writes`: a refused write waits in memory,
+in order (`reconciler.store.held`), reads of lanes and commits see it, and the
+daemon starts no new work until `flush()` has written it out.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +26,28 @@ from typing import Any
 import sqlite_utils
 
 from reconciler.errors import TransientError
+from reconciler.store.held import HeldWrites
 from reconciler.store.sqlite import open_db
 
 SCHEMA_VERSION = 1
+
+
+LANE_COLUMNS = (
+    "name",
+    "desired",
+    "health",
+    "desired_commit",
+    "applied_commit",
+    "hosts",
+    "fingerprint",
+    "last_error",
+    "failed_fingerprint",
+    "healthy_specs",
+    "healthy_commit",
+    "updated",
+    "timings",
+    "evidence",
+)
 
 
 @dataclass(frozen=True)
@@ -46,10 +72,16 @@ class LaneRecord:
 class Store:
     """sqlite-utils over one file; one writer (the daemon or one CLI apply)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, hold_writes: bool = False) -> None:
         self.path = Path(path)
         self.db = open_db(self.path)
         self._migrate()
+        self.held = HeldWrites(self.path) if hold_writes else None
+        # Journal rows written late get their id late: a held row is known by a provisional (negative) id.
+        self._provisional = itertools.count(-1, -1)
+        self._ids: dict[int, int] = {}
+        self._held_lanes: dict[str, dict[str, Any]] = {}
+        self._held_commits: dict[str, dict[str, Any]] = {}
 
     def close(self) -> None:
         self.db.conn.close()
@@ -120,11 +152,68 @@ class Store:
             )
             db.table("applies").create_index(["lane", "commit"])
 
-    def _write(self, fn: Any) -> Any:
+    def _write(self, fn: Callable[[], object]) -> bool:
+        """Write now; False when the write is held for later (daemon), TransientError when refused (CLI)."""
+        if self.held is not None:
+
+            def call() -> None:
+                fn()
+
+            written = self.held.run(call)
+            if not self.held:
+                self._held_lanes.clear()
+                self._held_commits.clear()
+            return written
         try:
-            return fn()
+            fn()
         except sqlite3.OperationalError as exc:
             raise TransientError(f"cannot write the journal {self.path}: {exc}") from exc
+        return True
+
+    # -- the disk's health (daemon) --------------------------------------------
+
+    @property
+    def problem(self) -> str | None:
+        """Why writes are held (the disk is full, read-only, failing), or None."""
+        return self.held.problem if self.held is not None else None
+
+    @property
+    def held_writes(self) -> int:
+        return len(self.held) if self.held is not None else 0
+
+    @property
+    def problem_since(self) -> float | None:
+        return self.held.since if self.held is not None else None
+
+    def flush(self) -> bool:
+        """Write out what is held; True when the store is up to date on disk."""
+        if self.held is None:
+            return True
+        done = self.held.flush()
+        if done:
+            self._held_lanes.clear()
+            self._held_commits.clear()
+        return done
+
+    def writable(self, owner: str) -> bool:
+        """Flush, then prove the disk takes a write now (a heartbeat row); False says `problem`.
+
+        Without `hold_writes` a refused write raises TransientError, as every write of the CLI's store does.
+        """
+        # Table `meta` is made by this first upsert, not at open: opening must not need a write (a full disk).
+        row = {"key": f"heartbeat:{owner}", "value": json.dumps({"owner": owner, "time": time.time()})}
+
+        def beat() -> None:
+            self.db.table("meta").upsert(row, pk="key")
+
+        if self.held is None:
+            self._write(beat)
+            return True
+        if self.held.probe(beat):
+            self._held_lanes.clear()
+            self._held_commits.clear()
+            return True
+        return False
 
     # -- journal ---------------------------------------------------------------
 
@@ -132,28 +221,33 @@ class Store:
         return uuid.uuid4().hex[:12]
 
     def step_started(self, run: str, lane: str, commit: str, seq: int, kind: str, detail: dict[str, Any]) -> int:
-        def write() -> int:
-            row = self.db.table("journal").insert(
-                {
-                    "run": run,
-                    "lane": lane,
-                    "commit": commit,
-                    "seq": seq,
-                    "kind": kind,
-                    "detail": json.dumps(detail, default=str),
-                    "state": "started",
-                    "started": time.time(),
-                },
-            )
-            return int(row.last_pk or 0)
+        """The step's journal id: provisional (negative) while the row is held, which step_finished accepts."""
+        provisional = next(self._provisional)
+        row = {
+            "run": run,
+            "lane": lane,
+            "commit": commit,
+            "seq": seq,
+            "kind": kind,
+            "detail": json.dumps(detail, default=str),
+            "state": "started",
+            "started": time.time(),
+        }
 
-        return int(self._write(write))
+        def write() -> None:
+            self._ids[provisional] = int(self.db.table("journal").insert(row).last_pk or 0)
+
+        if self._write(write):
+            return self._ids.pop(provisional)
+        return provisional
 
     def step_finished(self, step_id: int, *, error: str | None = None) -> None:
-        state = "failed" if error else "done"
-        self._write(
-            lambda: self.db.table("journal").update(step_id, {"state": state, "finished": time.time(), "error": error})
-        )
+        fields = {"state": "failed" if error else "done", "finished": time.time(), "error": error}
+
+        def write() -> None:
+            self.db.table("journal").update(self._ids.pop(step_id, step_id), fields)
+
+        self._write(write)
 
     def in_flight(self) -> list[dict[str, Any]]:
         """Steps started and never finished: a transaction a killed process left behind."""
@@ -175,9 +269,13 @@ class Store:
 
     def lane(self, name: str) -> LaneRecord | None:
         try:
-            row = self.db.table("lanes").get(name)
+            row = dict(self.db.table("lanes").get(name))
         except sqlite_utils.db.NotFoundError:
+            row = {}
+        row.update(self._held_lanes.get(name, {}))
+        if not row:
             return None
+        row = {key: row.get(key) for key in LANE_COLUMNS}
         return LaneRecord(
             name=row["name"],
             desired=row["desired"] or "running",
@@ -196,8 +294,8 @@ class Store:
         )
 
     def lanes(self) -> list[LaneRecord]:
-        names = [r["name"] for r in self.db.table("lanes").rows_where(order_by="name", select="name")]
-        return [rec for rec in (self.lane(n) for n in names) if rec is not None]
+        names = {r["name"] for r in self.db.table("lanes").rows_where(select="name")} | set(self._held_lanes)
+        return [rec for rec in (self.lane(n) for n in sorted(names)) if rec is not None]
 
     def update_lane(self, name: str, **fields: Any) -> None:
         row: dict[str, Any] = {"name": name, "updated": time.time()}
@@ -206,7 +304,8 @@ class Store:
                 row[key] = json.dumps(list(value) if key == "hosts" else value, default=str)
             else:
                 row[key] = value
-        self._write(lambda: self.db.table("lanes").upsert(row, pk="name", alter=False))
+        if not self._write(lambda: self.db.table("lanes").upsert(row, pk="name", alter=False)):
+            self._held_lanes.setdefault(name, {}).update(row)
 
     def failed_fingerprints(self) -> dict[str, str]:
         return {r.name: r.failed_fingerprint for r in self.lanes() if r.failed_fingerprint}
@@ -223,13 +322,16 @@ class Store:
     def record_commit(self, sha: str, outcome: str, detail: dict[str, Any]) -> None:
         """What the daemon decided about a commit: applied, denied, invalid, refused, failed."""
         row = {"sha": sha, "outcome": outcome, "detail": json.dumps(detail, default=str), "time": time.time()}
-        self._write(lambda: self.db.table("commits").upsert(row, pk="sha"))
+        if not self._write(lambda: self.db.table("commits").upsert(row, pk="sha")):
+            self._held_commits[sha] = row
 
     def commit_outcome(self, sha: str) -> dict[str, Any] | None:
-        try:
-            row = self.db.table("commits").get(sha)
-        except sqlite_utils.db.NotFoundError:
-            return None
+        row = self._held_commits.get(sha)
+        if row is None:
+            try:
+                row = self.db.table("commits").get(sha)
+            except sqlite_utils.db.NotFoundError:
+                return None
         return {
             "sha": row["sha"],
             "outcome": row["outcome"],

@@ -1,0 +1,411 @@
+"""The fault matrix, control-node side: the daemon's own footing fails, the fleet must not notice.
+
+Each case runs real daemon processes over simulated Sparks and asserts the end state: what runs on
+every host (commit and image), the daemon's journal, lane, apply and commit rows, `lanes status
+--json` (the real CLI), and what the daemon says on /healthz, /status, /metrics and in its log.
+
+- the disk under the journal fills up (a real tmpfs, a real ENOSPC from sqlite), before a cycle and in
+  the middle of an apply;
+- the git remote disappears for a while, and a commit is pushed while it is away;
+- the branch is force-pushed while a commit is being applied, removing that commit;
+- two daemons (two lease owners) are pointed at one fleet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from reconciler.cli.demo import stop_demo
+from reconciler.errors import TransientError
+from reconciler.facts.commands import lease_argv
+from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
+from reconciler.observe.probe import lease_file as lease_file_of
+from reconciler.source.loadcommit import LoadedCommit
+from reconciler.store.journal import Store
+from tests.daemon.harness import sim_for_example
+from tests.example import example_policies, example_state
+from tests.execute.conftest import fast
+from tests.faults.controlfaults_fixtures import (
+    EUGR,
+    EUGR_HOSTS,
+    PROD_HOSTS,
+    PRODUCTION,
+    ControlWorld,
+    DaemonProc,
+    checkpoint_wal,
+    control_world,
+    fill,
+    reopen,
+    small_disk,
+    wait_for,
+)
+
+DAEMONS = pytest.mark.timeout(240)  # each daemon test takes 20-30 s on two cores; room for a loaded machine
+_salt = itertools.count(401)
+ALL_HOSTS = PROD_HOSTS + EUGR_HOSTS
+SETTLE_S = 5.0
+"""How long a test lets a fault sit (several of the daemon's 2 s retries) before checking nothing moved."""
+
+
+async def _end_state(world: ControlWorld, d: DaemonProc, head: str, image: str, eugr: tuple[str, str]) -> None:
+    """Production runs `image` from `head`, EUGR is untouched, and every record says so."""
+    assert world.lane_runs(PRODUCTION, PROD_HOSTS, head, image)
+    assert world.lane_runs(EUGR, EUGR_HOSTS, *eugr)
+    assert d.unfinished_steps() == []
+    assert d.integrity() == "ok"
+    assert [a["result"] for a in d.applies(PRODUCTION, head)] == ["applied"]
+    assert d.outcome(head) == "applied"
+    rows = await world.lanes_status(d)
+    assert (rows[PRODUCTION]["health"], rows[PRODUCTION]["commit"], rows[PRODUCTION]["last_error"]) == (
+        "healthy",
+        head,
+        None,
+    )
+    assert (rows[EUGR]["health"], rows[EUGR]["commit"]) == ("healthy", eugr[0])
+
+
+# -- 1. the journal's disk fills up -------------------------------------------------------
+
+
+@pytest.mark.slow
+@DAEMONS
+async def test_a_full_journal_disk_changes_no_host_says_why_and_applies_once_space_returns(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk") as disk:
+        async with control_world(tmp_path, next(_salt)) as world:
+            d = world.daemon("a", db=disk / "lanes.db")
+            await d.start()
+            first = world.repo.head()
+            await d.converged(first)
+            eugr = (first, world.image_of(EUGR))
+            before = {h: world.containers(h) for h in ALL_HOSTS}
+
+            await asyncio.to_thread(checkpoint_wal, d.db)
+            filler = fill(disk)
+            bump = world.image("bump-disk-full")
+            head = world.commit("production: bump", {PRODUCTION: {"image": bump}})
+            await wait_for(lambda: bool(d.events("store.unwritable")), 60, "the daemon to find the journal full")
+            await asyncio.sleep(SETTLE_S)
+
+            # Nothing it could not record was done: every host runs what it ran, the daemon runs and says why.
+            assert d.running
+            assert {h: world.containers(h) for h in ALL_HOSTS} == before
+            code, text = await d.get("/healthz")
+            assert code == 503, text
+            assert "journal not writable" in text and "database or disk is full" in text, text
+            status = await d.status()
+            assert status["store"]["writable"] is False and status["head"] == first
+            assert "database or disk is full" in status["store"]["problem"]
+            assert await d.metric("lanes_store_writable") == 0
+            event = d.events("store.unwritable")[0]
+            assert "database or disk is full" in event["error"] and event["keeping"] == first
+            rows = await world.lanes_status(d)  # the last good state, readable from the full disk
+            assert (rows[PRODUCTION]["health"], rows[PRODUCTION]["commit"]) == ("healthy", first)
+            assert d.integrity() == "ok"
+
+            filler.unlink()
+            await d.converged(head, lanes=(PRODUCTION,))
+            await wait_for(lambda: bool(d.events("store.recovered")), 30, "the daemon to say the journal is back")
+            code, text = await d.get("/healthz")
+            assert code == 200, text
+            assert await d.metric("lanes_store_writable") == 1
+            await _end_state(world, d, head, bump, eugr)
+            assert await d.stop() == 0
+
+
+@pytest.mark.slow
+@DAEMONS
+async def test_the_disk_filling_up_mid_apply_holds_the_records_and_loses_none(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk") as disk:
+        async with control_world(tmp_path, next(_salt)) as world:
+            d = world.daemon("a", db=disk / "lanes.db")
+            await d.start()
+            first = world.repo.head()
+            await d.converged(first)
+            eugr = (first, world.image_of(EUGR))
+
+            bump = world.image("bump-mid-apply", load_s=4)
+            world.slow(PROD_HOSTS, "docker run", 1.5)
+            head = world.commit("production: bump", {PRODUCTION: {"image": bump}})
+            await wait_for(
+                lambda: any(r["kind"] == "start" for r in d.journal(PRODUCTION, head)), 60, "the start step", 0.01
+            )
+            await asyncio.to_thread(checkpoint_wal, d.db)
+            filler = fill(disk)
+
+            # The transaction goes on (stopping halfway would leave the lane down); its records wait in memory.
+            await wait_for(lambda: bool(d.events("store.unwritable")), 60, "the daemon to find the journal full")
+            await wait_for(lambda: world.lane_runs(PRODUCTION, PROD_HOSTS, head, bump), 60, "the new ranks")
+            status = await d.status()
+            assert status["store"]["writable"] is False and status["store"]["held_writes"] > 0
+            by_lane = {row["name"]: row for row in status["lanes"]}
+            assert (by_lane[PRODUCTION]["health"], by_lane[PRODUCTION]["commit"]) == ("healthy", head)
+            assert [r["kind"] for r in d.unfinished_steps()] == ["start"]  # on disk: what was written in time
+            assert (await d.get("/healthz"))[0] == 503
+
+            filler.unlink()
+            await d.converged(head, lanes=(PRODUCTION,))
+            await wait_for(lambda: bool(d.events("store.recovered")), 30, "the daemon to say the journal is back")
+            world.fast()
+            steps = d.journal(PRODUCTION, head)
+            assert [(r["kind"], r["state"]) for r in steps] == [
+                (kind, "done") for kind in ("lease", "pull", "env-files", "stop", "start", "wait-ready")
+            ]
+            await _end_state(world, d, head, bump, eugr)
+            assert (await d.status())["store"]["held_writes"] == 0
+            assert await d.stop() == 0
+
+
+def test_writes_the_database_refuses_are_held_in_order_and_written_once_it_takes_them(tmp_path: Path) -> None:
+    """The same SQLITE_FULL a full disk gives, from sqlite's own page cap: runs without root or a tmpfs."""
+    store = Store(tmp_path / "lanes.db", hold_writes=True)
+    store.update_lane(PRODUCTION, health="healthy", applied_commit="c1", desired_commit="c1")
+    pages = store.db.execute("pragma page_count").fetchone()[0]
+    store.db.execute(f"pragma max_page_count = {pages}")
+    big = {"describe": "x" * 20_000}  # overflow pages: the insert needs room the cap does not give
+
+    first = store.step_started("run1", PRODUCTION, "c2", 0, "lease", big)
+    assert first < 0 and store.held_writes == 1 and "database or disk is full" in (store.problem or "")
+    store.update_lane(PRODUCTION, health="progressing", desired_commit="c2")
+    store.step_finished(first)
+    second = store.step_started("run1", PRODUCTION, "c2", 1, "pull", {})
+    store.step_finished(second, error="registry down")
+    store.update_lane(PRODUCTION, health="degraded", last_error="registry down")
+    store.record_commit("c2", "failed", {"lanes": []})
+    assert not store.writable("me")  # the daemon's check before a cycle: nothing new starts
+
+    # Reads see what is held; the file still holds the last good state, intact.
+    rec = store.lane(PRODUCTION)
+    assert rec is not None and (rec.health, rec.applied_commit, rec.desired_commit) == ("degraded", "c1", "c2")
+    assert store.commit_outcome("c2") == {**(store.commit_outcome("c2") or {}), "outcome": "failed"}
+    other = Store(tmp_path / "lanes.db")
+    on_disk = other.lane(PRODUCTION)
+    assert on_disk is not None and (on_disk.health, on_disk.desired_commit) == ("healthy", "c1")
+    assert other.journal() == [] and other.commit_outcome("c2") is None
+    assert other.db.execute("pragma integrity_check").fetchone()[0] == "ok"
+
+    store.db.execute("pragma max_page_count = 1000000")
+    assert store.writable("me") and store.problem is None and store.held_writes == 0
+    steps = [(r["seq"], r["kind"], r["state"], r["error"]) for r in reversed(other.journal())]
+    assert steps == [(0, "lease", "done", None), (1, "pull", "failed", "registry down")]
+    on_disk = other.lane(PRODUCTION)
+    assert on_disk is not None and (on_disk.health, on_disk.desired_commit, on_disk.last_error) == (
+        "degraded",
+        "c2",
+        "registry down",
+    )
+    assert (other.commit_outcome("c2") or {})["outcome"] == "failed"
+    other.close()
+    store.close()
+
+    cli = Store(tmp_path / "lanes.db")  # the CLI's store: a refused write is an error, not held
+    cli.db.execute(f"pragma max_page_count = {cli.db.execute('pragma page_count').fetchone()[0]}")
+    with pytest.raises(TransientError, match="disk is full"):
+        cli.step_started("run2", PRODUCTION, "c3", 0, "lease", big)
+    cli.close()
+
+
+# -- 2. the git remote goes away for a while -----------------------------------------------
+
+
+@pytest.mark.slow
+@DAEMONS
+async def test_an_unreachable_remote_keeps_the_last_commit_and_converges_when_it_is_back(tmp_path: Path) -> None:
+    async with control_world(tmp_path, next(_salt), bare=True) as world:
+        origin = world.repo.path
+        d = world.daemon("a", url=f"file://{origin}", fetch_s=1)
+        await d.start()
+        first = world.repo.head()
+        await d.converged(first)
+        eugr = (first, world.image_of(EUGR))
+        old = world.image_of(PRODUCTION)
+
+        away = origin.with_name("origin-away.git")
+        origin.rename(away)
+        reopen(world.repo, away)
+        bump = world.image("bump-remote")
+        head = world.commit(
+            "production: bump, pushed while the daemon cannot reach the remote", {PRODUCTION: {"image": bump}}
+        )
+        await wait_for(lambda: len(d.events("repo.fetch_failed")) >= 3, 60, "three failed fetches")
+
+        assert d.running
+        assert world.lane_runs(PRODUCTION, PROD_HOSTS, first, old)
+        code, text = await d.get("/healthz")
+        assert code == 200 and f"fetch of file://{origin} failing" in text, text
+        status = await d.status()
+        assert status["source"]["ok"] is False and status["source"]["failures"] >= 3
+        assert status["head"] == first
+        assert await d.metric("lanes_source_up") == 0
+        assert await d.metric("lanes_source_fetch_failures_total") >= 3
+        failed = d.events("repo.fetch_failed")[-1]
+        assert failed["url"] == f"file://{origin}" and failed["keeping"] == first
+        rows = await world.lanes_status(d, repo=d.dir / "mirror")
+        assert (rows[PRODUCTION]["health"], rows[PRODUCTION]["commit"]) == ("healthy", first)
+
+        away.rename(origin)
+        reopen(world.repo, origin)
+        await d.converged(head, lanes=(PRODUCTION,))
+        recovered = d.events("repo.fetch_recovered")
+        assert recovered and recovered[0]["down_s"] > 0
+        code, text = await d.get("/healthz")
+        assert code == 200 and "failing" not in text, text
+        assert (await d.status())["source"]["ok"] is True
+        assert await d.metric("lanes_source_up") == 1
+        await _end_state(world, d, head, bump, eugr)
+        assert await d.stop() == 0
+
+
+# -- 3. a force-push removes the commit being applied ----------------------------------------
+
+
+@pytest.mark.slow
+@DAEMONS
+async def test_a_force_push_during_an_apply_ends_with_only_the_new_branch_running(tmp_path: Path) -> None:
+    async with control_world(tmp_path, next(_salt)) as world:
+        d = world.daemon("a")
+        await d.start()
+        first = world.repo.head()
+        await d.converged(first)
+        eugr = (first, world.image_of(EUGR))
+
+        doomed_image = world.image("doomed", load_s=3)
+        world.slow(PROD_HOSTS, "docker run", 1.5)
+        doomed = world.commit(
+            "production: an image about to be force-pushed away", {PRODUCTION: {"image": doomed_image}}
+        )
+        await wait_for(
+            lambda: any(r["kind"] == "start" for r in d.journal(PRODUCTION, doomed)), 60, "the doomed apply", 0.01
+        )
+        kept_image = world.image("kept")
+        kept = world.commit("production: what the team meant", {PRODUCTION: {"image": kept_image}}, parents=[first])
+        git = world.repo.repo
+        assert not git.descendant_of(pygit2.Oid(hex=kept), pygit2.Oid(hex=doomed))
+
+        await d.converged(kept, lanes=(PRODUCTION,))
+        world.fast()
+        on_branch = {str(c.id) for c in git.walk(pygit2.Oid(hex=kept))}
+        for host in ALL_HOSTS:
+            for box in world.containers(host):
+                assert box.commit in on_branch and box.image != doomed_image, (host, box)
+        assert all(r["state"] in {"done", "failed", "abandoned"} for r in d.journal(PRODUCTION, doomed))
+        await _end_state(world, d, kept, kept_image, eugr)
+        rows = await world.lanes_status(d)
+        assert rows[PRODUCTION]["desired_commit"] == kept
+        assert await d.stop() == 0
+
+
+# -- 4. two daemons, one fleet ------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_a_lease_outlives_its_ttl_while_the_transaction_holding_it_runs(tmp_path: Path) -> None:
+    """Renewal: a step longer than the lease TTL must not let another reconciler in halfway."""
+    env = await sim_for_example(tmp_path, next(_salt))
+    try:
+        state = fast(example_state())
+        short = dataclasses.replace(state, fleet=state.fleet.model_copy(update={"lease_ttl_s": 2}))
+        for host in PROD_HOSTS:
+            env.fleet.runtime(host).latency["docker run"] = 3.0  # the start step outlasts the 2 s lease
+        cycle = asyncio.create_task(env.reconciler.run_cycle(LoadedCommit(state.commit, short, example_policies())))
+        runtime = env.fleet.runtime(PROD_HOSTS[0])
+        lease_file = lease_file_of(short)
+        await wait_for(lambda: lease_file in runtime.facts.leases, 30, "the lease on dgx1", 0.01)
+        # Knock for 3.5 s, longer than the lease lasts; the transaction (3 s start, then a 2 s load) runs longer.
+        answers = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3.5:
+            answers.append(await runtime.execute(lease_argv("acquire", lease_file, "lanes-intruder", 60)))
+            await asyncio.sleep(0.25)
+        assert not cycle.done()
+        result = await cycle
+        assert {code for code, _, _ in answers} == {LEASE_CONFLICT_EXIT}
+        shown = [json.loads(out)["lease"] for _, out, _ in answers]
+        assert {lease["owner"] for lease in shown} == {"lanes-demo"}
+        assert max(lease["expires"] for lease in shown) - min(lease["acquired"] for lease in shown) > 2  # renewed
+        assert {r.lane: r.result for r in result.results if r.lane in (PRODUCTION, EUGR)} == {
+            PRODUCTION: "applied",
+            EUGR: "applied",
+        }
+        assert runtime.facts.leases.get(lease_file) is None  # given back at the end
+    finally:
+        await stop_demo(env)
+
+
+@pytest.mark.slow
+@DAEMONS
+async def test_two_daemons_on_one_fleet_take_turns_by_lease_and_agree(tmp_path: Path) -> None:
+    async with control_world(tmp_path, next(_salt)) as world:
+        world.record_acts()
+        a, b = world.daemon("a"), world.daemon("b")
+        await asyncio.gather(a.start(), b.start())
+        first = world.repo.head()
+        await asyncio.gather(a.converged(first), b.converged(first))
+
+        # Both wanted every lane on an empty fleet: each rank was started once, under one owner's lease.
+        runs = Counter((act.host, act.name) for act in world.acts if act.verb == "run")
+        assert sorted(runs) == sorted(
+            [(h, f"lanes-{PRODUCTION}-r{i}") for i, h in enumerate(PROD_HOSTS)]
+            + [(h, f"lanes-{EUGR}-r{i}") for i, h in enumerate(EUGR_HOSTS)]
+        )
+        assert set(runs.values()) == {1}
+        assert all(act.holder in {a.owner, b.owner} for act in world.acts), world.acts
+        for hosts in (PROD_HOSTS, EUGR_HOSTS):
+            assert len({act.holder for act in world.acts if act.host in hosts}) == 1
+
+        world.acts.clear()
+        bump = world.image("bump-two-daemons", load_s=4)
+        world.slow(PROD_HOSTS, "docker run", 1.5)
+        head = world.commit("production: bump", {PRODUCTION: {"image": bump}})
+
+        def blocked() -> DaemonProc | None:
+            for d in (a, b):
+                if "is leased by lanes-" in (d.lane_row(PRODUCTION).get("last_error") or ""):
+                    return d
+            return None
+
+        await wait_for(lambda: blocked() is not None, 60, "one daemon to wait for the other's lease", 0.02)
+        loser = blocked()
+        assert loser is not None
+        winner = b if loser is a else a
+        assert winner.owner in loser.lane_row(PRODUCTION)["last_error"]
+        assert loser.health(PRODUCTION)[0] == "healthy"  # waiting is not a failure of the lane
+
+        await asyncio.gather(winner.converged(head, (PRODUCTION,)), loser.converged(head, (PRODUCTION,)))
+        world.fast()
+        assert world.lane_runs(PRODUCTION, PROD_HOSTS, head, bump)
+        assert world.lane_runs(EUGR, EUGR_HOSTS, first, world.image_of(EUGR))
+        acts = [act for act in world.acts if act.host in PROD_HOSTS]
+        assert Counter(act.host for act in acts if act.verb == "run") == Counter(PROD_HOSTS)
+        assert {act.holder for act in acts} == {winner.owner}
+
+        assert [r["result"] for r in winner.applies(PRODUCTION, head)] == ["applied"]
+        assert loser.applies(PRODUCTION, head) == []
+        loser_steps = loser.journal(PRODUCTION, head)
+        assert all(r["kind"] == "lease" and r["state"] == "failed" for r in loser_steps), loser_steps
+        assert all(winner.owner in r["error"] for r in loser_steps)
+        reasons = [e["reason"] for e in loser.events("lane.blocked") if e.get("lane") == PRODUCTION]
+        assert any(f"is leased by {winner.owner}" in r for r in reasons), reasons
+        for d in (a, b):
+            assert d.unfinished_steps() == []
+            assert d.outcome(head) == "applied"
+            rows = await world.lanes_status(d)
+            assert {
+                n: (r["health"], r["commit"], r["last_error"]) for n, r in rows.items() if n in (PRODUCTION, EUGR)
+            } == {
+                PRODUCTION: ("healthy", head, None),
+                EUGR: ("healthy", first, None),
+            }
+        for host in ALL_HOSTS:
+            assert all(box.status == "running" for box in world.containers(host))
+        assert await a.stop() == 0
+        assert await b.stop() == 0
