@@ -7,6 +7,12 @@ image carries a behaviour: the stand-in's environment switches
 (`STANDIN_LOAD_S`, `STANDIN_NEVER_HEALTHY`, ...), so "the new vLLM build
 never gets healthy" is one `add()` in a test. One registry is shared by the
 whole simulated fleet, as one registry serves a real one.
+
+A registry can also be down (`go_down()`): every pull then fails the way
+docker reports it, with the registry's host named, until `come_back()`.
+That is how "the registry went away in the middle of a pull" is staged:
+the lane must fail before it stops an old rank, and converge once the
+registry answers again.
 """
 
 from __future__ import annotations
@@ -15,8 +21,50 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
+
+from reconciler.sim.dockercli import CliError
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+DOCKER_HUB = "registry-1.docker.io"  # where docker pulls a repository named without a registry host
+
+Outage = Literal["refused", "timeout", "503"]
+"""How a registry is down: nothing listens, nothing answers, or its proxy answers 503."""
+
+
+class RegistryUnavailableError(CliError):
+    """A pull met a registry that is down: docker's exit 1 and its `Error response from daemon` line."""
+
+
+def registry_host(repo: str) -> str:
+    """The registry a repository lives on, as docker reads it: a first part with a dot or port, or Docker Hub."""
+    first, slash, _ = repo.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return DOCKER_HUB
+
+
+def _dialled(host: str) -> str:
+    """What docker prints after `dial tcp`: the resolved address and port (a stable made-up one here)."""
+    name, _, port = host.partition(":")
+    if not re.fullmatch(r"[0-9.]+", name):
+        # TEST-NET-3 (RFC 5737): a documentation address, never a real registry's.
+        name = f"203.0.113.{int(hashlib.sha256(name.encode()).hexdigest(), 16) % 254 + 1}"
+    return f"{name}:{port or 443}"
+
+
+def outage_message(host: str, outage: Outage) -> str:
+    """docker's words for a pull from a registry that is down, by the way it is down."""
+    if outage == "503":
+        return "Error response from daemon: received unexpected HTTP status: 503 Service Unavailable"
+    if outage == "timeout":
+        return (
+            f'Error response from daemon: Get "https://{host}/v2/": net/http: request canceled while waiting '
+            "for connection (Client.Timeout exceeded while awaiting headers)"
+        )
+    return (
+        f'Error response from daemon: Get "https://{host}/v2/": dial tcp {_dialled(host)}: connect: connection refused'
+    )
 
 
 @dataclass(frozen=True)
@@ -69,6 +117,8 @@ class SimRegistry:
 
     def __init__(self, *, pull_delay_s: float = 0.0) -> None:
         self.pull_delay_s = pull_delay_s  # how long every pull takes, for timeout and parallelism tests
+        self.unavailable: Outage | None = None
+        """None while the registry answers; else how it is down (every pull fails, see `go_down`)."""
         self._images: dict[tuple[str, str], SimImage] = {}
         self._tags: dict[tuple[str, str], str] = {}
 
@@ -94,12 +144,25 @@ class SimRegistry:
         elif parsed.tag:
             self._tags.pop((parsed.repo, parsed.tag), None)
 
+    def go_down(self, outage: Outage = "refused") -> None:
+        """From now on every pull fails like a pull from a registry that is down (images already pulled stay)."""
+        self.unavailable = outage
+
+    def come_back(self) -> None:
+        self.unavailable = None
+
     def resolve(self, ref: str) -> SimImage | None:
-        """The image `ref` names, or None; a digest wins over a tag, as in docker."""
+        """The image `ref` names, or None; a digest wins over a tag, as in docker.
+
+        This is the registry's answer to a pull, so a registry that is down raises
+        `RegistryUnavailableError` with the message docker prints (exit status 1).
+        """
         try:
             parsed = ImageRef.parse(ref)
         except ValueError:
             return None
+        if self.unavailable is not None:
+            raise RegistryUnavailableError(outage_message(registry_host(parsed.repo), self.unavailable), 1)
         digest = parsed.digest or self._tags.get((parsed.repo, parsed.tag or "latest"))
         return self._images.get((parsed.repo, digest)) if digest else None
 
