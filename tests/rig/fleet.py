@@ -97,6 +97,18 @@ def status_of(rig: Rig, lane: str) -> dict[str, Any]:
     raise AssertionError(f"lane {lane} not in lanes status:\n{run.describe()}")
 
 
+def statuses(rig: Rig) -> dict[str, dict[str, Any]]:
+    """Every lane's row of `lanes status --json`, by lane (one run of the command)."""
+    run = rig.status()
+    assert run.returncode == 0, run.describe()
+    return {row["name"]: row for row in run.json()["lanes"]}
+
+
+def rows_of(run: LaneRun) -> dict[str, dict[str, Any]]:
+    """The status rows `lanes apply --json` prints at its end (what `lanes status --json` would say then)."""
+    return {row["name"]: row for row in run.json()["lanes"]}
+
+
 def applies(rig: Rig, lane: str) -> list[dict[str, Any]]:
     """The journal's `applies` rows of a lane, newest last, `logs` and `timings` decoded."""
     with sqlite3.connect(rig.db) as db:
@@ -107,6 +119,50 @@ def applies(rig: Rig, lane: str) -> list[dict[str, Any]]:
             if isinstance(row.get(key), str):
                 row[key] = json.loads(row[key])
     return rows
+
+
+def steps(rig: Rig, lane: str, commit: str | None = None) -> list[tuple[str, str]]:
+    """The journal's steps of a lane (of one commit if given) as (kind, state), in the order they ran."""
+    query = "SELECT kind, state FROM journal WHERE lane = ?" + (" AND `commit` = ?" if commit else "")
+    with sqlite3.connect(rig.db) as db:
+        rows = db.execute(query + " ORDER BY id", (lane, commit) if commit else (lane,)).fetchall()
+    return [(str(kind), str(state)) for kind, state in rows]
+
+
+def in_flight(rig: Rig) -> list[tuple[str, str]]:
+    """Journal steps still marked started: (lane, kind). Empty once every transaction ended, however it ended."""
+    with sqlite3.connect(rig.db) as db:
+        rows = db.execute("SELECT lane, kind FROM journal WHERE state = 'started' ORDER BY id").fetchall()
+    return [(str(lane), str(kind)) for lane, kind in rows]
+
+
+def lane_row(rig: Rig, lane: str) -> dict[str, Any]:
+    """The journal's `lanes` row of a lane, as stored."""
+    with sqlite3.connect(rig.db) as db:
+        db.row_factory = sqlite3.Row
+        row = db.execute("SELECT * FROM lanes WHERE name = ?", (lane,)).fetchone()
+    assert row is not None, f"no lanes row for {lane}"
+    return dict(row)
+
+
+MUTATING = frozenset({"run", "start", "stop", "rm", "kill", "pull", "restart", "create"})
+"""`docker` subcommands that change a host (the probe's `ps` and `inspect` only look)."""
+
+
+def docker_mark(rig: Rig) -> dict[str, int]:
+    """Where each host's docker log ends now (see `docker_changes`)."""
+    return {host: rig.docker_calls(host) for host in rig.hosts}
+
+
+def docker_changes(rig: Rig, mark: Mapping[str, int]) -> dict[str, list[list[str]]]:
+    """Per host, every docker command since `mark` that changes something (run, stop, rm, pull, ...)."""
+    out: dict[str, list[list[str]]] = {}
+    for host, seen in mark.items():
+        log = rig.hosts[host].docker_log
+        lines = log.read_text().splitlines()[seen:] if log.exists() else []
+        argvs = [json.loads(line)["argv"] for line in lines]
+        out[host] = [argv for argv in argvs if argv[:1] and argv[0] in MUTATING]
+    return out
 
 
 def served_models(address: str, port: int) -> list[str]:

@@ -70,7 +70,12 @@ class Registry:
                 raise RigError(f"docker-registry did not come up: {self.log.read_text()}")
             time.sleep(0.05)
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def stop(self) -> None:
+        """Stop the registry (its storage stays: `start` serves the same images again)."""
         if self.proc is None:
             return
         self.proc.terminate()

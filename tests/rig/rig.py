@@ -41,6 +41,7 @@ from tests.rig.machine import (
     delete_link,
     ensure_packages,
     install_podman_conf,
+    pid_alive,
     podman_local,
     process_identity,
     remove_rig_dir,
@@ -65,6 +66,8 @@ class RigHost:
     veth: str
     folder: Path
     ssh_pid: int | None = None
+    hidden: Path | None = None
+    """A folder this host's sshd sees as empty (its own mount namespace): see `Rig.hide_on`."""
 
     @property
     def config(self) -> Path:
@@ -81,6 +84,15 @@ class RigHost:
     @property
     def docker_log(self) -> Path:
         return self.folder / "docker.log"
+
+    @property
+    def authorized_keys(self) -> Path:
+        """This host's own authorized_keys (a host can refuse our key while the others accept it)."""
+        return self.folder / "authorized_keys"
+
+    @property
+    def sshd_log(self) -> Path:
+        return self.folder / "sshd.log"
 
 
 @dataclass
@@ -155,6 +167,7 @@ class Rig:
         self._keys()
         self._network()
         for host in self.hosts.values():
+            self.accept_client_key(host.name)
             self._start_sshd(host)
         self._write_known_hosts()
         self.registry = Registry(self.folder)
@@ -174,9 +187,6 @@ class Rig:
     def _keys(self) -> None:
         sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{self.rig_id}-client", "-f",
             str(self.client_key)])
-        authorized = self.folder / "authorized_keys"
-        authorized.write_text(self.client_key.with_suffix(".pub").read_text())
-        authorized.chmod(0o600)
         bindir = self.folder / "bin"
         bindir.mkdir()
         wrapper = bindir / "docker"
@@ -209,7 +219,7 @@ class Rig:
             f"ListenAddress {host.address}:22",
             f"HostKey {host.hostkey}",
             f"PidFile {host.pidfile}",
-            f"AuthorizedKeysFile {self.folder / 'authorized_keys'}",
+            f"AuthorizedKeysFile {host.authorized_keys}",
             "PasswordAuthentication no",
             "KbdInteractiveAuthentication no",
             "UsePAM no",
@@ -224,7 +234,9 @@ class Rig:
             "",
         ])
 
-    def _start_sshd(self, host: RigHost, *, new_key: bool = True) -> None:
+    def _start_sshd(self, host: RigHost, *, new_key: bool = True, hide: Path | None = None) -> None:
+        """Start a host's sshd in its network namespace; with `hide`, also in a mount namespace of its own
+        where an empty tmpfs covers that folder (what every command over ssh, podman included, sees)."""
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         if new_key:
             host.hostkey.unlink(missing_ok=True)
@@ -232,14 +244,25 @@ class Rig:
             sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{host.name}", "-f", str(host.hostkey)])
         host.config.write_text(self._sshd_config(host))
         host.pidfile.unlink(missing_ok=True)
-        sh(["nsenter", f"--net=/var/run/netns/{host.netns}", "/usr/sbin/sshd", "-f", str(host.config),
-            "-E", str(host.folder / "sshd.log")])
+        sshd = ["/usr/sbin/sshd", "-f", str(host.config), "-E", str(host.sshd_log)]
+        enter = ["nsenter", f"--net=/var/run/netns/{host.netns}"]
+        if hide is None:
+            sh([*enter, *sshd])
+        else:
+            # A private mount namespace (this machine's / is private anyway): the tmpfs stays this host's.
+            script = 'mount -t tmpfs -o size=4m,mode=0755 "$1" "$2" && shift 2 && exec "$@"'
+            sh([*enter, "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                f"{PREFIX}-hidden", str(hide), *sshd])
+        host.hidden = hide
         deadline = time.monotonic() + 10
         while not host.pidfile.exists() or not host.pidfile.read_text().strip():
             if time.monotonic() > deadline:
-                raise RigError(f"sshd of {host.name} wrote no pid file: {(host.folder / 'sshd.log').read_text()}")
+                raise RigError(f"sshd of {host.name} wrote no pid file: {host.sshd_log.read_text()}")
             time.sleep(0.02)
         host.ssh_pid = int(host.pidfile.read_text().split()[0])
+
+    def sshd_running(self, host: RigHost) -> bool:
+        return host.ssh_pid is not None and pid_alive(host.ssh_pid)
 
     def stop_sshd(self, host: RigHost) -> None:
         if host.pidfile.exists():
@@ -330,6 +353,12 @@ class Rig:
         """Cut or restore a host's cable: its veth in the root namespace."""
         sh(["ip", "link", "set", self.hosts[host].veth, "up" if up else "down"])
 
+    def cut_link(self, host: str) -> None:
+        """Cut a host's cable a while ago, as between two cycles: the link is down and this machine's ARP
+        entry for it has expired, so a connection fails in the ARP timeout (3 s), not a TCP connect timeout."""
+        self.set_link(host, False)
+        sh(["ip", "neigh", "flush", "to", self.hosts[host].address, "dev", self.bridge], check=False)
+
     def replace_host_key(self, host: str) -> None:
         """Restart a host's sshd with a freshly generated host key (a reinstalled host, or an impostor).
 
@@ -351,13 +380,57 @@ class Rig:
             path.with_name(path.name + ".pinned").replace(path)
         self._start_sshd(h, new_key=False)
 
+    def accept_client_key(self, host: str) -> None:
+        """The host's sshd accepts the rig's client key (as set up)."""
+        path = self.hosts[host].authorized_keys
+        path.write_text(self.client_key.with_suffix(".pub").read_text())
+        path.chmod(0o600)
+
+    def refuse_client_key(self, host: str) -> None:
+        """Empty the host's authorized_keys: its sshd answers, and refuses the rig's key."""
+        self.hosts[host].authorized_keys.write_text("")
+
+    def reboot(self, host: str, *, down_s: float = 1.0) -> None:
+        """A host reboots: its cable goes dark, sshd dies, every container is gone (podman rm -af), then
+        sshd comes back with the same host key and, `down_s` later, the link."""
+        h = self.hosts[host]
+        self.set_link(host, False)
+        try:
+            self.stop_sshd(h)
+            podman_local(h.folder, "rm", "-af", "-t", "0", check=False)
+            self._start_sshd(h, new_key=False)
+            time.sleep(down_s)
+        finally:
+            self.set_link(host, True)
+
+    def hide_on(self, host: str, folder: Path) -> None:
+        """Restart a host's sshd so that everything run over ssh there sees `folder` empty (a path missing
+        on that host only: the rig's hosts share this machine's disk otherwise). `restore_sshd` undoes it."""
+        h = self.hosts[host]
+        self.stop_sshd(h)
+        self._start_sshd(h, new_key=False, hide=folder)
+
+    def restore_sshd(self, host: str) -> None:
+        """The host's sshd as set up: running, in the root mount namespace, with the pinned host key."""
+        h = self.hosts[host]
+        if h.hostkey.with_name(h.hostkey.name + ".pinned").exists():
+            self.restore_host_key(host)
+        if h.hidden is not None or not self.sshd_running(h):
+            self.stop_sshd(h)
+            self._start_sshd(h, new_key=False)
+
     def reset(self, name: str) -> None:
-        """Between tests: every link up, no container on any host, no v2 image, a fresh journal named after the test."""
+        """Between tests: every link up, every sshd as set up and accepting our key, the registry up, no
+        container on any host, no v2 image, a fresh journal named after the test."""
         for host in self.hosts.values():
             self.set_link(host.name, True)
+            self.accept_client_key(host.name)
+            self.restore_sshd(host.name)
             podman_local(host.folder, "rm", "-af", "-t", "0", check=False)
             if self.images is not None:  # v1 stays pulled (fast tests); v2 must be pulled by a test itself
                 podman_local(host.folder, "rmi", "-f", self.images.v2, check=False)
+        if self.registry is not None and not self.registry.running:
+            self.registry.start()
         self.db_name = name
         self.db.unlink(missing_ok=True)
 
