@@ -169,12 +169,14 @@ def apply_cmd(
 
     async def go() -> CycleResult:
         try:
-            preview = await reconciler.run_cycle(loaded, apply=False, only_lanes=only)
+            if not yes and not as_json:
+                # A person confirms a plan first; the cycle then probes again, as time passed while they read.
+                preview = await reconciler.run_cycle(loaded, apply=False, only_lanes=only)
+                if not preview.plan.empty:
+                    print_plan(preview, console)
+                    if not typer.confirm("apply these changes?"):
+                        raise typer.Exit(EXIT_OK)
             # With nothing to change the cycle still runs: it records denied and blocked lanes in the journal.
-            if not preview.plan.empty and not yes and not as_json:
-                print_plan(preview, console)
-                if not typer.confirm("apply these changes?"):
-                    raise typer.Exit(EXIT_OK)
             return await reconciler.run_cycle(loaded, only_lanes=only, progress=progress_printer(console))
         finally:
             await transport.close()

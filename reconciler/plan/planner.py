@@ -80,7 +80,8 @@ def _plan_lane(
     unreachable = [h for h in _hosts_involved(lane, current) if not _reachable(observed, h)]
     if unreachable:
         reasons = "; ".join(f"{h}: {_host_error(observed, h)}" for h in unreachable)
-        return LanePlan(name, "blocked", f"host unreachable: {reasons}", hosts=lane.hosts, commit=desired.commit)
+        # "unreachable" covers a refused login or host key too: lanes cannot act there until a person fixes it.
+        return LanePlan(name, "blocked", f"host(s) unreachable — {reasons}", hosts=lane.hosts, commit=desired.commit)
     specs = _render(lane, desired)
     fp = fingerprint(specs)
     squatters = _squatters(lane, observed)
@@ -187,7 +188,10 @@ def _reachable(observed: ObservedFleet, host: str) -> bool:
 
 def _host_error(observed: ObservedFleet, host: str) -> str:
     h = observed.host(host)
-    return "not probed" if h is None else (h.error or "unreachable")
+    if h is None:
+        return "not probed"
+    # Transport errors already start with the host's name; do not say it twice.
+    return (h.error or "no answer").removeprefix(f"{host}: ")
 
 
 def _in_sync(specs: list[tuple[str, ContainerSpec]], current: list[tuple[str, ObservedContainer]]) -> bool:
