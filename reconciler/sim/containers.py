@@ -4,7 +4,10 @@ Docker's view of a container (state, exit code, labels, env, start time)
 is what the reconciler reads back, and it must follow the process: a
 stand-in that crashes shows `exited` with its exit code at the next
 `docker ps`, exactly when a real engine's container would. The process is
-started from an argv list (never a shell) and stopped by its pid.
+started from an argv list (never a shell) and stopped by its pid. With a
+`SharedStandinClient` the container's engine is instead a socket in the one
+shared stand-in process (big simulated fleets); the record follows it the
+same way: stopped is exit 0, killed 137, a crash or a port it cannot bind 1.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 import reconciler
 from reconciler.sim.registry import SimImage
+from reconciler.sim.sharedclient import KILLED, SharedStandinClient
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # what docker shows for "never"
 _PACKAGE_ROOT = str(Path(reconciler.__file__).resolve().parent.parent)
@@ -61,13 +65,41 @@ class SimContainer:
     finished_at: str = ZERO_TIME
     pid: int = 0
     process: subprocess.Popen[bytes] | None = None
+    shared: SharedStandinClient | None = None  # set: the engine lives in the shared stand-in process
     _created_mono: float = field(default_factory=time.monotonic)
     _started_mono: float = 0.0
     _finished_mono: float = 0.0
 
+    @property
+    def worker(self) -> bool:
+        return self.labels.get("lanes.rank", "0") != "0"
+
+    def _env(self) -> dict[str, str]:
+        env = {}
+        for pair in self.env:
+            key, _, value = pair.partition("=")
+            env[key] = value
+        return env
+
+    async def launch(self, address: str, work_dir: Path) -> None:
+        """Start the container's engine: a process of its own, or a socket in the shared stand-in."""
+        if self.shared is None:
+            self.start(address, work_dir)
+            return
+        await self.shared.open(
+            self.id,
+            bind=address,
+            argv=self.entrypoint + self.cmd,
+            env=self._env(),
+            log_path=self.log_path,
+            worker=self.worker,
+        )
+        self.pid = self.shared.pid
+        self._mark_running()
+
     def start(self, address: str, work_dir: Path) -> None:
         """Spawn the stand-in for this container (argv list, own session, log to a file)."""
-        worker = self.labels.get("lanes.rank", "0") != "0"
+        worker = self.worker
         argv = [sys.executable, "-m", "reconciler.sim.standin", "--bind", address]
         argv += ["--worker"] if worker else []
         argv += ["--", *self.entrypoint, *self.cmd]
@@ -76,9 +108,7 @@ class SimContainer:
             "PYTHONPATH": _PACKAGE_ROOT,
             "STANDIN_PARENT_PID": str(os.getpid()),  # not in Config.Env: sim plumbing, not the image's
         }
-        for pair in self.env:
-            key, _, value = pair.partition("=")
-            env[key] = value
+        env.update(self._env())
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 argv,
@@ -90,28 +120,48 @@ class SimContainer:
                 start_new_session=True,  # a ^C in the test runner goes to the runner, not the "engines"
             )
         self.pid = self.process.pid
+        self._mark_running()
+
+    def _mark_running(self) -> None:
         self.status = "running"
         self.exit_code = 0
         self.started_at = now_rfc3339()
         self.finished_at = ZERO_TIME
         self._started_mono = time.monotonic()
 
+    def _mark_exited(self, code: int) -> None:
+        self.exit_code = code
+        self.status = "exited"
+        self.finished_at = now_rfc3339()
+        self._finished_mono = time.monotonic()
+
     def refresh(self) -> None:
         """Follow the process: reap it if it died and record how."""
+        if self.shared is not None:
+            code = self.shared.exited(self.id) if self.status == "running" else None
+            if code is not None:
+                self._mark_exited(code)
+            return
         if self.process is None:
             return
         code = self.process.poll()
         if code is None:
             return
         # A signal death is reported the way docker does: 128 + signal number.
-        self.exit_code = code if code >= 0 else 128 - code
-        self.status = "exited"
-        self.finished_at = now_rfc3339()
-        self._finished_mono = time.monotonic()
+        self._mark_exited(code if code >= 0 else 128 - code)
         self.process = None
+
+    async def _end_shared(self, shared: SharedStandinClient, code: int) -> None:
+        self.refresh()
+        if self.status == "running":
+            await shared.close_container(self.id, code)
+            self._mark_exited(code)
 
     async def stop(self, timeout_s: float) -> None:
         """SIGTERM, wait up to `timeout_s`, then SIGKILL (docker stop semantics)."""
+        if self.shared is not None:
+            await self._end_shared(self.shared, 0)  # a stand-in exits 0 on SIGTERM, at once
+            return
         self.refresh()
         if self.process is None:
             return
@@ -121,6 +171,9 @@ class SimContainer:
             await self._wait(10.0)
 
     async def kill(self) -> None:
+        if self.shared is not None:
+            await self._end_shared(self.shared, KILLED)
+            return
         self.refresh()
         if self.process is not None:
             self.process.kill()

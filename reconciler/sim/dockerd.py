@@ -22,6 +22,7 @@ from reconciler.sim import dockercli as cli
 from reconciler.sim.containers import SimContainer
 from reconciler.sim.dockercli import CliError
 from reconciler.sim.registry import ImageRef, SimImage, SimRegistry
+from reconciler.sim.sharedclient import SharedStandinClient, SharedStandinError
 
 Result = tuple[int, str, str]
 
@@ -35,8 +36,10 @@ class SimDockerDaemon:
         registry: SimRegistry,
         work_dir: Path,
         read_envfile: Callable[[str], str | None],
+        shared: SharedStandinClient | None = None,
     ) -> None:
         self.address = address
+        self.shared = shared  # set: containers' engines live in this one shared stand-in process
         self.read_envfile = read_envfile  # env files live with the host's other files
         self.registry = registry
         self.work_dir = work_dir
@@ -184,9 +187,14 @@ class SimDockerDaemon:
             host_config=self._host_config(opts),
             log_path=self.work_dir / f"{cid[:12]}-{name}.log",
             auto_remove="--rm" in opts.flags,
+            shared=self.shared,
         )
         self.containers[name] = container
-        container.start(self.address, self.work_dir)
+        try:
+            await container.launch(self.address, self.work_dir)
+        except SharedStandinError as exc:
+            # As when dockerd cannot reach containerd: the container exists, created, never started.
+            raise CliError(f"docker: Error response from daemon: failed to create task: {exc}", 125) from None
         self.spawned.append(container)
         return 0, cid + "\n", stderr
 

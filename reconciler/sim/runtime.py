@@ -9,14 +9,14 @@ real scripts' semantics; their argv must be exactly what `facts.commands`
 builds, so a drift between the two is caught here. Anything else is "not
 found", as on a host that lacks the program.
 
-Every container is a real stand-in process; `shutdown()` ends them all by
-pid, and `alive_pids()` lets tests prove none leaked.
+Every container is a real stand-in process (or, with `shared`, a socket in
+the one shared stand-in process); `shutdown()` ends them all, and
+`alive_pids()` lets tests prove none leaked.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,9 +27,9 @@ from reconciler.sim.containers import SimContainer
 from reconciler.sim.dockerd import Result, SimDockerDaemon
 from reconciler.sim.engineargs import scan_engine_argv
 from reconciler.sim.hostfacts import GIB, EnvFile, SimHostFacts
+from reconciler.sim.netstat import ListeningTable
 from reconciler.sim.registry import SimRegistry
-
-_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
+from reconciler.sim.sharedclient import SharedStandinClient
 
 
 class SimContainerRuntime:
@@ -44,6 +44,8 @@ class SimContainerRuntime:
         *,
         memory_per_container: int = 10 * GIB,
         clock: Callable[[], float] = time.time,
+        shared: SharedStandinClient | None = None,
+        ports: ListeningTable | None = None,
     ) -> None:
         self.host_name = host_name
         self.address = address
@@ -51,7 +53,8 @@ class SimContainerRuntime:
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.facts = SimHostFacts(memory_per_container=memory_per_container, clock=clock)
-        self.daemon = SimDockerDaemon(address, images, self.work_dir, self._read_envfile)
+        self.daemon = SimDockerDaemon(address, images, self.work_dir, self._read_envfile, shared)
+        self.ports = ports or ListeningTable()  # the fleet's shared table, or one read afresh on every probe
         self.docker_available = True  # False: a host where `docker` is not installed
         self.latency: dict[str, float] = {}
         """Seconds to wait before answering, by fact marker (`lanes-lease`) or `docker <verb>`."""
@@ -98,7 +101,10 @@ class SimContainerRuntime:
         if marker is not None:
             return self._fact_command(marker, argv, stdin)
         if argv[0] == "docker" and self.docker_available:
-            return await self.daemon.docker(argv[1:])
+            try:
+                return await self.daemon.docker(argv[1:])
+            finally:
+                self.ports.invalidate()  # a container started or ended: its engine's socket came or went
         return 127, "", f"sh: {argv[0]}: not found\n"
 
     def _fact_command(self, marker: str, argv: list[str], stdin: str | None) -> Result:
@@ -152,19 +158,7 @@ class SimContainerRuntime:
         Each simulated host owns one loopback address, so the sockets bound to
         it are exactly this host's: its SSH server and its running stand-ins.
         """
-        wanted = socket.inet_aton(self.address)[::-1].hex().upper()
-        ports = set()
-        try:
-            lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
-        except OSError:
-            return []
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 3 and fields[3] == _LISTEN:
-                addr, _, port = fields[1].partition(":")
-                if addr == wanted:
-                    ports.add(int(port, 16))
-        return sorted(ports)
+        return self.ports.ports(self.address)
 
     def _read_envfile(self, path: str) -> str | None:
         written = self.facts.envfiles.get(path)

@@ -9,7 +9,11 @@ can also serve its engine on port 8000 like a real Spark, and hands each
 exec request, split back into argv, to its `SimContainerRuntime`.
 
 `SimFleet` makes the keys: one host key per host, one client key, and a
-known_hosts file pinning each `[address]:port`, all under `work_dir`.
+known_hosts file pinning each `[address]:port`, all under `work_dir`. A
+fleet of more than 254 hosts spills over into the following /24s (see
+`host_addresses`); with `shared_standin=True` every container's engine is
+served by one stand-in process instead of one process each (`sharedclient`),
+which is what lets a thousand simulated hosts run on a laptop.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shlex
 import socket
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,8 +30,11 @@ from typing import Any, NamedTuple
 
 import asyncssh
 
+from reconciler.sim import shellwords
+from reconciler.sim.netstat import ListeningTable
 from reconciler.sim.registry import SimRegistry
 from reconciler.sim.runtime import SimContainerRuntime
+from reconciler.sim.sharedclient import SharedStandinClient
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,7 @@ class _Server(asyncssh.SSHServer):
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
         self._host.connections.add(conn)
+        self._host.handshakes += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._host.connections.discard(self._conn)
@@ -85,6 +92,8 @@ class SimHost:
         self.authorized_keys = authorized_keys
         self.commands: list[list[str]] = []
         self.connections: set[asyncssh.SSHServerConnection] = set()
+        self.handshakes = 0
+        """Connections ever accepted: a client that pools its connections adds none per cycle."""
         self._acceptor: asyncssh.SSHAcceptor | None = None
 
     @property
@@ -125,7 +134,7 @@ class SimHost:
             process.exit(1)
             return
         try:
-            argv = shlex.split(command)
+            argv = shellwords.split(command)  # shlex.split's result, without its cost on the 7.6 kB probe
         except ValueError as exc:
             process.stderr.write(f"sh: syntax error: {exc}\n")
             process.exit(2)
@@ -156,6 +165,20 @@ class SimHost:
             pass  # the client gave up (timeout, dropped connection) before the answer
 
 
+def host_addresses(base_address: str, count: int) -> list[str]:
+    """`count` addresses from `base_address`: "a.b.c." gives a.b.c.1 ... a.b.c.254, then a.b.(c+1).1 ...;
+    "a.b." starts at a.b.0.1. Each /24 holds 254 hosts (no .0, no .255: those read like network and
+    broadcast addresses in logs, although all of 127/8 answers on Linux)."""
+    parts = base_address.rstrip(".").split(".")
+    if len(parts) not in (2, 3) or not all(p.isdigit() and int(p) <= 255 for p in parts):
+        raise ValueError(f"base address {base_address!r} must look like '127.77.0.' or '127.77.'")
+    first, second, third = int(parts[0]), int(parts[1]), int(parts[2]) if len(parts) == 3 else 0
+    last_block = third + (count - 1) // 254 if count else third
+    if last_block > 255:
+        raise ValueError(f"{count} hosts do not fit after {base_address} (254 per /24, up to {first}.{second}.255.)")
+    return [f"{first}.{second}.{third + i // 254}.{i % 254 + 1}" for i in range(count)]
+
+
 class SimFleet:
     """Several simulated Sparks on 127.77.0.1, .2, ... sharing one SSH port and one registry."""
 
@@ -168,16 +191,24 @@ class SimFleet:
         registry: SimRegistry,
         work_dir: Path,
         user: str = "lanes",
+        shared_standin: bool = False,
     ) -> None:
         self.names = list(names)
         self.registry = registry
         self.work_dir = Path(work_dir)
         self.user = user
-        self.addresses = {name: f"{base_address}{i + 1}" for i, name in enumerate(self.names)}
+        self.addresses = dict(zip(self.names, host_addresses(base_address, len(self.names)), strict=True))
         self.port = port or 0
         self.known_hosts_path = self.work_dir / "known_hosts"
         self.client_key_path = self.work_dir / "client_key"
         self._hosts: dict[str, SimHost] = {}
+        self.standin: SharedStandinClient | None = (
+            SharedStandinClient(self.work_dir / "shared-standin") if shared_standin else None
+        )
+        """The one stand-in process serving every host's containers, when `shared_standin` is set."""
+        # A big (shared stand-in) fleet reads the kernel's socket table once a second for all its hosts,
+        # not once per probe; the engines' sockets change only through docker commands, which refresh it.
+        self.ports = ListeningTable(max_age_s=1.0 if shared_standin else 0.0)
 
     async def __aenter__(self) -> SimFleet:
         await self.start()
@@ -198,8 +229,12 @@ class SimFleet:
         if not self.port:
             self.port = _free_port(list(self.addresses.values()))
         try:
+            if self.standin is not None:
+                await self.standin.start()
             for name, address in self.addresses.items():
-                runtime = SimContainerRuntime(name, address, self.registry, self.work_dir / name)
+                runtime = SimContainerRuntime(
+                    name, address, self.registry, self.work_dir / name, shared=self.standin, ports=self.ports
+                )
                 host = SimHost(
                     name,
                     address,
@@ -251,9 +286,11 @@ class SimFleet:
 
     async def stop_host(self, name: str) -> None:
         await self._hosts[name].stop()
+        self.ports.invalidate()
 
     async def start_host(self, name: str) -> None:
         await self._hosts[name].start()
+        self.ports.invalidate()
 
     async def replace_host_key(self, name: str) -> None:
         """Restart `name` with a new host key; known_hosts keeps the old one (a client must refuse)."""
@@ -263,11 +300,13 @@ class SimFleet:
         await host.start()
 
     async def close(self) -> None:
-        """Stop every SSH server, then every container process of every host."""
+        """Stop every SSH server, then every container of every host, then the shared stand-in."""
         for host in self._hosts.values():
             await host.stop()
         for host in self._hosts.values():
             await host.runtime.shutdown()
+        if self.standin is not None:
+            await self.standin.close()
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -301,4 +340,4 @@ def _free_port(addresses: Sequence[str]) -> int:
         except OSError:
             continue
         return port
-    raise RuntimeError(f"no port free on all of {', '.join(addresses)}")
+    raise RuntimeError(f"no port free on all {len(addresses)} addresses from {addresses[0]} to {addresses[-1]}")

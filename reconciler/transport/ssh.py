@@ -30,6 +30,12 @@ log = structlog.get_logger(__name__)
 
 _PoolKey = tuple[str, int, str]
 
+CIPHERS = "^aes128-gcm@openssh.com,aes256-gcm@openssh.com"
+"""AES-GCM first, then asyncssh's defaults ('^' prepends): every OpenSSH server offers it, and
+asyncssh's chacha20-poly1305 builds three cipher contexts per packet in Python, where AES-GCM is
+one call; a no-op resync of 1,000 hosts spent 1.46 s of CPU on its probes with chacha20, 1.05 s
+with AES-GCM. Both are AEAD ciphers; this is a preference, any server still negotiates."""
+
 
 class _StaleConnectionError(Exception):
     """The pooled connection died before our channel opened: safe to reconnect."""
@@ -45,9 +51,12 @@ class SSHTransport:
         *,
         max_concurrency: int = 64,
         connect_timeout: float = 10.0,
-        keepalive_interval: float = 15.0,
+        keepalive_interval: float = 60.0,
         keepalive_count_max: int = 3,
     ) -> None:
+        # Keepalives find a pooled connection whose host went away silently (3 misses: ~3 min), before
+        # the next resync (5 min by default) would wait on it. Every 15 s they cost a 1,000-host fleet
+        # about 3% of a core while idle (67 encrypted round trips a second); every 60 s, under 1%.
         if not client_keys:
             raise ValueError("SSHTransport needs at least one client key")
         self._known_hosts = Path(known_hosts)
@@ -58,6 +67,7 @@ class SSHTransport:
         self._slots = asyncio.Semaphore(max_concurrency)
         self._conns: dict[_PoolKey, asyncssh.SSHClientConnection] = {}
         self._locks: dict[_PoolKey, asyncio.Lock] = {}
+        self._pinned: tuple[str, asyncssh.SSHKnownHosts] | None = None  # the file's text, parsed
 
     @property
     def connection_count(self) -> int:
@@ -154,8 +164,11 @@ class SSHTransport:
             if conn.is_closed():
                 await self._discard(host, conn)
             raise HostUnreachableError(host.name, f"connection lost running {argv[0]}: {exc}") from None
-        if completed.exit_status is None and completed.exit_signal is None and conn.is_closed():
-            await self._discard(host, conn)
+        if completed.exit_status is None and completed.exit_signal is None:
+            # sshd reports every command's end (an exit status or a signal); a session closed without either
+            # lost its connection, whose own close may not have reached us yet. Not "killed by a signal".
+            if conn.is_closed():
+                await self._discard(host, conn)
             raise HostUnreachableError(host.name, f"connection dropped while running {argv[0]}")
         return completed
 
@@ -177,20 +190,43 @@ class SSHTransport:
         conn.close()
         await conn.wait_closed()
 
+    def _pinned_keys(self, host: HostTarget) -> asyncssh.SSHKnownHosts:
+        """The known_hosts file, parsed again only when its text changes.
+
+        Given the path, asyncssh reads and parses the whole file on every
+        connect: with a thousand hosts pinned, the daemon's first cycle spent
+        some 80 s of CPU decoding a million keys. Reading the text each time
+        keeps a re-pinned key effective at the next connect, as before.
+        """
+        try:
+            text = self._known_hosts.read_text()
+        except OSError:
+            raise HostKeyError(
+                host.name, f"cannot read known_hosts file {self._known_hosts}: no host key is pinned"
+            ) from None
+        if self._pinned is None or self._pinned[0] != text:
+            try:
+                self._pinned = (text, asyncssh.import_known_hosts(text))
+            except ValueError as exc:
+                raise PermanentError(f"{host.name}: cannot parse known_hosts file {self._known_hosts}: {exc}") from None
+        return self._pinned[1]
+
     async def _connect(self, host: HostTarget) -> asyncssh.SSHClientConnection:
         where = f"{host.address}:{host.port}"
+        known_hosts = self._pinned_keys(host)
         try:
             conn = await asyncssh.connect(
                 host.address,
                 host.port,
                 username=host.user,
-                known_hosts=str(self._known_hosts),
+                known_hosts=known_hosts,
                 client_keys=self._client_keys,
                 agent_path=None,
                 password=None,
                 preferred_auth="publickey",
                 config=None,
                 connect_timeout=self._connect_timeout,
+                encryption_algs=CIPHERS,
                 keepalive_interval=self._keepalive_interval,
                 keepalive_count_max=self._keepalive_count_max,
             )
