@@ -174,8 +174,22 @@ class ObservedFleet:
 
     def containers_of_lane(self, lane: str) -> list[tuple[str, ObservedContainer]]:
         """Every container of `lane` on any host, ordered by rank then host."""
-        found = [(h.host, c) for h in self.hosts.values() for c in h.containers if c.lane == lane]
-        return sorted(found, key=lambda hc: (hc[1].rank if hc[1].rank is not None else -1, hc[0]))
+        return list(self._by_lane().get(lane, ()))
+
+    def _by_lane(self) -> dict[str, list[tuple[str, ObservedContainer]]]:
+        # Built once per observation: the planner asks for every lane, and scanning every host each time
+        # made planning a 1,000-host fleet grow with lanes x containers.
+        index: dict[str, list[tuple[str, ObservedContainer]]] | None = self.__dict__.get("_lane_index")
+        if index is None:
+            index = {}
+            for h in self.hosts.values():
+                for c in h.containers:
+                    if c.lane:
+                        index.setdefault(c.lane, []).append((h.host, c))
+            for found in index.values():
+                found.sort(key=lambda hc: (hc[1].rank if hc[1].rank is not None else -1, hc[0]))
+            object.__setattr__(self, "_lane_index", index)
+        return index
 
     def lanes(self) -> frozenset[str]:
         """Names of every lane that has a container somewhere (to find orphans)."""
