@@ -7,6 +7,7 @@ import contextlib
 import io
 import socket
 import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +71,15 @@ class StateRepo:
 
     def head(self) -> str:
         return str(self.repo.head.target)
+
+
+async def spawn_daemon(config: Path, log: Path) -> asyncio.subprocess.Process:
+    """`lanes daemon --config` as a real process; its JSON log lines (stdout) and stderr go to `log`."""
+    with log.open("ab") as out:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "reconciler.cli.main", "daemon", "--config", str(config),
+            stdout=out, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
 
 
 def free_port() -> int:

@@ -17,11 +17,9 @@ import asyncio
 import base64
 import contextlib
 import json
-import os
 import secrets
 import signal
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from tests.daemon.harness import (
     free_port,
     lane_health,
     sim_for_example,
+    spawn_daemon,
     wait_for,
     write_config,
 )
@@ -108,18 +107,7 @@ async def test_a_canary_secret_appears_only_in_the_hosts_env_files(tmp_path: Pat
     proc: asyncio.subprocess.Process | None = None
     outputs: list[tuple[str, bytes]] = []  # what the daemon and the CLI answered
     try:
-        with log_path.open("ab") as log:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "reconciler.cli.main",
-                "daemon",
-                "--config",
-                str(config),
-                stdout=log,
-                stderr=log,
-                env={**os.environ, "LANES_LOG_LEVEL": "debug"},
-            )
+        proc = await spawn_daemon(config, log_path)
         await wait_for(lambda: lane_health(db, PRODUCTION) == ("healthy", first), 90, "first convergence")
 
         change = repo.commit(

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import signal
 import sqlite3
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from tests.daemon.harness import (
     free_port,
     lane_health,
     sim_for_example,
+    spawn_daemon,
     wait_for,
     write_config,
 )
@@ -45,18 +44,7 @@ class World:
         return self.tmp / "daemon.db"
 
     async def start_daemon(self) -> None:
-        with (self.tmp / "daemon.log").open("ab") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "reconciler.cli.main",
-                "daemon",
-                "--config",
-                str(self.config),
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=log,
-                env={**os.environ, "LANES_LOG_LEVEL": "info"},
-            )
+        self.proc = await spawn_daemon(self.config, self.tmp / "daemon.log")
 
     async def kill(self, sig: int) -> int:
         assert self.proc is not None

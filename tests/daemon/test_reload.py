@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from tests.daemon.harness import (
     free_port,
     lane_health,
     sim_for_example,
+    spawn_daemon,
     wait_for,
     write_config,
 )
@@ -53,11 +52,7 @@ async def test_sighup_reloads_good_settings_and_refuses_a_broken_file(tmp_path: 
     db = tmp_path / "daemon.db"
     proc: asyncio.subprocess.Process | None = None
     try:
-        with log.open("ab") as out:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "reconciler.cli.main", "daemon", "--config", str(config),
-                stdout=out, stderr=out, env=dict(os.environ),
-            )  # fmt: skip
+        proc = await spawn_daemon(config, log)
         await wait_for(lambda: lane_health(db, PRODUCTION) == ("healthy", first), 60, "first convergence")
 
         config.write_text(good + "\n[daemon\nbroken = \n")

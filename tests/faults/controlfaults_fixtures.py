@@ -40,6 +40,7 @@ from tests.daemon.harness import (
     free_port,
     lane_health,
     sim_for_example,
+    spawn_daemon,
     wait_for,
     write_config,
 )
@@ -83,17 +84,7 @@ class DaemonProc:
         return self.dir / "daemon.log"
 
     async def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "reconciler.cli.main",
-                "daemon",
-                "--config",
-                str(self.config),
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-            )
+        self.proc = await spawn_daemon(self.config, self.log)
 
     @property
     def running(self) -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sqlite3
 import sys
@@ -39,6 +38,7 @@ from tests.daemon.harness import (
     free_port,
     lane_health,
     sim_for_example,
+    spawn_daemon,
     wait_for,
     write_config,
 )
@@ -81,18 +81,7 @@ class FaultWorld:
 
     async def start_daemon(self) -> None:
         assert self.config is not None
-        with (self.tmp / "daemon.log").open("ab") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "reconciler.cli.main",
-                "daemon",
-                "--config",
-                str(self.config),
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=log,
-                env={**os.environ, "LANES_LOG_LEVEL": "info"},
-            )
+        self.proc = await spawn_daemon(self.config, self.tmp / "daemon.log")
 
     def kick(self) -> None:
         """SIGHUP: the daemon reloads its config and reconciles at once, as its resync would later."""
