@@ -32,6 +32,7 @@ from reconciler.execute.results import (
 from reconciler.execute.rollback import RollbackMixin
 from reconciler.execute.secrets import SecretStore, env_file_text
 from reconciler.execute.specjson import spec_to_json
+from reconciler.plan.planner import FAILED_BEFORE
 from reconciler.plan.steps import (
     AcquireLeases,
     DropCaches,
@@ -122,7 +123,7 @@ class Executor(RollbackMixin, LeaseMixin):
             served = rec is not None and rec.health in {"healthy", "degraded"}
             fields.update(health="degraded" if served else "failed", last_error=lp.reason)
         else:  # blocked: keep the health it had, say why
-            fields.update(last_error=lp.reason)
+            fields.update(last_error=_blocked_reason(lp, rec.last_error if rec else None))
             if rec is None:
                 fields["health"] = "degraded" if "unreachable" in lp.reason else "progressing"
             elif "unreachable" in lp.reason and rec.health == "healthy":
@@ -366,6 +367,15 @@ class Executor(RollbackMixin, LeaseMixin):
             pending = retry
             await asyncio.sleep(self.config.watch_interval_s)
         return gone
+
+
+def _blocked_reason(lp: LanePlan, previous: str | None) -> str:
+    """Why a lane is blocked; for a spec held back after it failed, keep what it failed with in view."""
+    if not lp.fingerprint or FAILED_BEFORE not in lp.reason or not previous:
+        return lp.reason
+    if FAILED_BEFORE in previous:
+        return previous  # already says both
+    return f"{lp.reason} (it failed with: {previous})"
 
 
 __all__ = ["Executor", "ExecutorConfig", "LaneResult", "ProgressEvent", "ProgressFn", "StepFailedError"]

@@ -67,6 +67,10 @@ def plan(desired: DesiredState, observed: ObservedFleet, verdict: Verdict, optio
     return Plan(commit=desired.commit, lanes=tuple(lane_plans))
 
 
+FAILED_BEFORE = "failed its readiness gate before"
+"""How a lane held back after its spec failed is described (the executor keeps the cause beside it)."""
+
+
 def _plan_lane(
     name: str, desired: DesiredState, observed: ObservedFleet, verdict: Verdict, opts: PlanOptions
 ) -> LanePlan:
@@ -93,8 +97,7 @@ def _plan_lane(
         return LanePlan(
             name,
             "blocked",
-            f"this spec ({fp}) failed its readiness gate before; "
-            f"not retried until the lane changes or `lanes retry {name}`",
+            f"this spec ({fp}) {FAILED_BEFORE}; not retried until the lane changes or `lanes retry {name}`",
             fingerprint=fp,
             specs=tuple(specs),
             hosts=lane.hosts,

@@ -154,6 +154,13 @@ async def test_an_engine_that_never_becomes_healthy_is_rolled_back_and_not_retri
     again = await world.cycle()
     lp = again.plan.lane(PRODUCTION)
     assert lp is not None and lp.action == "blocked" and "lanes retry" in lp.reason
+    # Held back, the lane still says what the spec failed with, and keeps saying it cycle after cycle.
+    for _ in range(2):
+        held = world.store.lane(PRODUCTION)
+        assert held is not None and held.last_error is not None
+        assert "lanes retry" in held.last_error and "it failed with:" in held.last_error
+        assert "health" in held.last_error.split("it failed with:", 1)[1]
+        await world.cycle()
     assert world.store.clear_failed(PRODUCTION)
     assert (await world.cycle(apply=False)).plan.lane(PRODUCTION).action == "deploy"  # type: ignore[union-attr]
 
