@@ -21,7 +21,7 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.errors import InputError, LanesError
 from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, Reconciler
-from reconciler.source.loadcommit import load_commit
+from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.source.mirror import Mirror
 from reconciler.source.notes import write_verdict_note
 from reconciler.source.signatures import verify_commit
@@ -49,6 +49,21 @@ class CommitDecider:
         self.last_desired: DesiredState | None = None
         self.blocked: dict[str, str] = {}
         """Lanes the last cycle could not act on, and why (a host leased by another reconciler, unreachable)."""
+        self._loaded: tuple[tuple[str, str, str], LoadedCommit] | None = None
+
+    def _load(self, head: str) -> LoadedCommit:
+        """The commit's state and policies, parsed once per commit.
+
+        A commit never changes, and a resync of an unchanged head would
+        otherwise parse every file again (0.5 s at 1,000 hosts). The folders
+        are part of the key: a reloaded config may point elsewhere.
+        """
+        key = (head, str(self.config.repo.state_dir), str(self.config.repo.policies_dir))
+        if self._loaded is not None and self._loaded[0] == key:
+            return self._loaded[1]
+        loaded = load_commit(self.mirror.repo, head, self.config.repo.state_dir, self.config.repo.policies_dir)
+        self._loaded = (key, loaded)
+        return loaded
 
     async def decide(self, head: str) -> str:
         t0 = time.monotonic()
@@ -60,7 +75,7 @@ class CommitDecider:
                 self.metrics.record_cycle(time.monotonic() - t0, error=refusal)
                 return "refused"
             try:
-                loaded = load_commit(self.mirror.repo, head, self.config.repo.state_dir, self.config.repo.policies_dir)
+                loaded = self._load(head)
             except InputError as exc:
                 await self._record(head, "invalid", {"refused": f"invalid state: {exc.describe()}"})
                 self.metrics.record_cycle(time.monotonic() - t0, error=exc.describe())

@@ -242,3 +242,25 @@ async def test_a_changed_lane_is_benchmarked_and_its_evidence_pushed_with_traile
         assert row["evidence"]["pp"].startswith("pp512") and row["evidence"]["file"].startswith(f"evidence/{EUGR}/")
     finally:
         await stop(r)
+
+
+async def test_a_resync_of_an_unchanged_head_does_not_parse_the_commit_again(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reconciler.source.loadcommit import load_commit as real
+
+    parsed: list[str] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        parsed.append(str(args[1]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("reconciler.daemon.verdicts.load_commit", counting)
+    for _ in range(2):
+        before = running.commands()
+        running.daemon.trigger.kick("resync")
+        await wait_for(lambda b=before: running.commands() >= b + 7, 30, "a resync probing every host")  # type: ignore[misc]
+    assert parsed == []
+    head = running.repo.commit(fast_files(**{EUGR: {"max_num_seqs": 4}}), "eugr: 4 sequences")
+    await running.converged(EUGR, head)
+    assert parsed == [head]
