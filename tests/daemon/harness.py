@@ -24,6 +24,8 @@ from tests.execute.conftest import fast
 from tests.gitrepo import SIGNATURE
 
 LANE_DIR = "state/lanes"
+PROD_HOSTS = ("dgx1", "dgx2", "dgx3", "dgx4")  # where the example fleet runs PRODUCTION
+EUGR_HOSTS = ("dgx5", "dgx6", "dgx7")  # and EUGR
 
 
 def lane_yaml(state: DesiredState, name: str, **changes: Any) -> bytes:

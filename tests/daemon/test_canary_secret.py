@@ -32,6 +32,7 @@ from reconciler.cli.demo import stop_demo
 from reconciler.cli.main import app
 from tests.daemon.harness import (
     EUGR,
+    PROD_HOSTS,
     PRODUCTION,
     StateRepo,
     fast_files,
@@ -44,7 +45,6 @@ from tests.daemon.harness import (
 )
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
-PROD_HOSTS = ("dgx1", "dgx2", "dgx3", "dgx4")
 
 
 def git_bytes(path: Path) -> list[tuple[str, bytes]]:

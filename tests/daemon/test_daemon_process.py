@@ -15,6 +15,7 @@ import pytest
 
 from reconciler.cli.demo import DemoEnv, stop_demo
 from tests.daemon.harness import (
+    PROD_HOSTS,
     PRODUCTION,
     StateRepo,
     fast_files,
@@ -27,7 +28,6 @@ from tests.daemon.harness import (
 )
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
-PROD_HOSTS = ("dgx1", "dgx2", "dgx3", "dgx4")
 _salt = itertools.count(101)
 
 

@@ -34,6 +34,8 @@ from reconciler.cli.demo import DemoEnv, stop_demo
 from reconciler.facts.commands import LEASE_MARKER, command_marker
 from tests.daemon.harness import (
     EUGR,
+    EUGR_HOSTS,
+    PROD_HOSTS,
     PRODUCTION,
     StateRepo,
     fast_files,
@@ -45,8 +47,6 @@ from tests.daemon.harness import (
     write_config,
 )
 
-PROD_HOSTS = ("dgx1", "dgx2", "dgx3", "dgx4")
-EUGR_HOSTS = ("dgx5", "dgx6", "dgx7")
 CONVERGE_S = 120.0  # generous: two cores shared with other test runs
 MUTATING = frozenset({"run", "stop", "rm", "pull"})
 

@@ -32,6 +32,8 @@ from reconciler.source.loadcommit import load_commit
 from reconciler.transport.ssh import SSHTransport
 from tests.daemon.harness import (
     EUGR,
+    EUGR_HOSTS,
+    PROD_HOSTS,
     PRODUCTION,
     StateRepo,
     fast_files,
@@ -43,8 +45,6 @@ from tests.daemon.harness import (
     write_config,
 )
 
-PROD_HOSTS = ("dgx1", "dgx2", "dgx3", "dgx4")
-EUGR_HOSTS = ("dgx5", "dgx6", "dgx7")
 CONNECT_TIMEOUT_S = 2.0  # a host behind a cut link costs this per attempt, not the default 10 s
 CONVERGE_S = 90.0  # generous: two cores, other test runs next to this one
 
