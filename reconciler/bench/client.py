@@ -23,6 +23,7 @@ from typing import Any, Literal
 import httpx
 
 from reconciler.bench.prompts import Prompt
+from reconciler.cancel import raise_if_cancel_requested
 from reconciler.errors import PermanentError, TransientError
 
 Api = Literal["completions", "chat"]
@@ -213,6 +214,7 @@ class BenchClient:
                     async for data in response.aiter_raw():
                         parser.feed(data, clock())
         except httpx.HTTPError as exc:
+            raise_if_cancel_requested()
             record.error = f"{type(exc).__name__}: {exc}"
         record.t_end = clock()
         if record.error is None and not record.chunk_times:

@@ -142,10 +142,8 @@ class Daemon:
     async def _run_upstream(self) -> None:
         trial = make_trial(self.config, self.reconciler, self.mirror)
         try:
-            await asyncio.wait_for(
-                upstream_job(self.config, self.decider.last_desired, self.mirror, self.metrics, trial),
-                UPSTREAM_TIMEOUT_S,
-            )
+            async with asyncio.timeout(UPSTREAM_TIMEOUT_S):  # not wait_for: it can drop a cancel on 3.11
+                await upstream_job(self.config, self.decider.last_desired, self.mirror, self.metrics, trial)
         except (TimeoutError, LanesError) as exc:
             log.error("upstream.failed", error=str(exc) or "timed out")
 
@@ -162,7 +160,8 @@ class Daemon:
     def _guarded(self, job: Callable[[], Awaitable[None]], name: str) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
             try:
-                await asyncio.wait_for(job(), JOB_TIMEOUT_S)
+                async with asyncio.timeout(JOB_TIMEOUT_S):
+                    await job()
             except TimeoutError:
                 log.error("job.timeout", job=name, timeout_s=JOB_TIMEOUT_S)
             except LanesError as exc:

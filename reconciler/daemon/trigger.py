@@ -23,7 +23,8 @@ class Trigger:
     async def wait(self, timeout: float | None) -> set[str]:
         """The reasons gathered since the last wait; empty after `timeout` seconds of quiet."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
         self._event.clear()
         reasons, self._reasons = self._reasons, set()
         return reasons

@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 
+from reconciler.cancel import cancel_requested
 from reconciler.engines import ContainerSpec
 from reconciler.errors import LanesError
 from reconciler.execute.hostops import HostOps, gather_hosts
@@ -47,7 +48,7 @@ from reconciler.plan.steps import (
 )
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
-from reconciler.store.journal import Store
+from reconciler.store.journal import LaneRecord, Store
 
 
 class Executor(RollbackMixin, LeaseMixin):
@@ -177,6 +178,30 @@ class Executor(RollbackMixin, LeaseMixin):
         self.store.record_apply(run, lp.lane, lp.commit, None, "stopped", None, started, {})
         return LaneResult(lp.lane, "stop", "stopped")
 
+    async def _interrupted(
+        self,
+        run: str,
+        lp: LanePlan,
+        started_ranks: list[tuple[str, ContainerSpec]],
+        health: Health,
+        started: float,
+        timings: dict[str, float],
+        before: LaneRecord | None,
+        touched: bool,
+    ) -> None:
+        """Shutdown (SIGTERM) in the middle of a transaction: put the last healthy spec back without
+        waiting for it to load (that can take longer than the stop timeout); the caller lets the cancel go on."""
+        if touched:
+            await self._rollback(
+                run, lp, started_ranks, "interrupted by shutdown", health, started, timings, wait=False
+            )
+        else:
+            self.store.update_lane(
+                lp.lane,
+                last_error="interrupted by shutdown before any rank was stopped",
+                health=before.health if before else "progressing",
+            )
+
     async def _stop(self, step: StopContainers) -> None:
         errors = await gather_hosts([self.ops.stop_remove(c.host, c.name) for c in step.containers])
         if errors:
@@ -218,6 +243,11 @@ class Executor(RollbackMixin, LeaseMixin):
         except LeaseBlockedError as exc:
             return await self._lease_blocked(lp, exc, before, leased, lease_file)
         except (LanesError, StepFailedError, OSError) as exc:
+            if cancel_requested():
+                # A library turned the shutdown's cancel into an error (see reconciler.cancel): still a shutdown.
+                await self._interrupted(run, lp, started_ranks, health, started, timings, before, touched)
+                await self._release(leased, lease_file)
+                raise asyncio.CancelledError from exc
             message = str(exc)
             if not touched:
                 # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
@@ -230,18 +260,7 @@ class Executor(RollbackMixin, LeaseMixin):
             await self._release(leased, lease_file)
             return result
         except asyncio.CancelledError:
-            # Shutdown (SIGTERM) in the middle of a transaction: put the last healthy spec back without
-            # waiting for it to load (that can take longer than the stop timeout), then let the cancel go on.
-            if touched:
-                await self._rollback(
-                    run, lp, started_ranks, "interrupted by shutdown", health, started, timings, wait=False
-                )
-            else:
-                self.store.update_lane(
-                    lp.lane,
-                    last_error="interrupted by shutdown before any rank was stopped",
-                    health=before.health if before else "progressing",
-                )
+            await self._interrupted(run, lp, started_ranks, health, started, timings, before, touched)
             await self._release(leased, lease_file)
             raise
         await self._release(leased, lease_file)

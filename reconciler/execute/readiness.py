@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from reconciler.cancel import raise_if_cancel_requested
 from reconciler.spec.lane import Health
 
 
@@ -32,7 +33,10 @@ class GateResult:
 
 async def _port_open(address: str, port: int, timeout: float) -> bool:
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(address, port), timeout)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancel that lands as the connect
+        # completes, and the gate would then poll on after SIGTERM.
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(address, port)
     except (TimeoutError, OSError):
         return False
     writer.close()
@@ -76,6 +80,7 @@ async def wait_ready(
             try:
                 result = await probe()  # type: ignore[operator]
             except (httpx.HTTPError, OSError, ValueError) as exc:
+                raise_if_cancel_requested()
                 result, last = False, f"{type(exc).__name__}: {exc}"
             if result is True:
                 timings[stage] = round(time.monotonic() - t0, 3)
@@ -84,6 +89,7 @@ async def wait_ready(
                 last = result
             if time.monotonic() >= deadline:
                 return GateResult(False, stage, f"{stage} not reached within {timeout:.0f} s ({last})", timings)
+            raise_if_cancel_requested()  # a probe may have answered as if a shutdown's cancel never came
             await asyncio.sleep(poll)
 
     http_timeout = httpx.Timeout(10.0, read=max(30.0, health.completion_timeout_s))

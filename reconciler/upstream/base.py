@@ -25,6 +25,7 @@ import httpx
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
+from reconciler.cancel import raise_if_cancel_requested
 from reconciler.errors import PermanentError, TransientError
 from reconciler.upstream.store import PollState, UpstreamStore
 
@@ -201,6 +202,7 @@ class Requester:
                 request = self.client.build_request(method, url, headers={"User-Agent": USER_AGENT, **(headers or {})})
                 response = await self.client.send(request, auth=auth)
             except httpx.TransportError as exc:
+                raise_if_cancel_requested()
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue
             if response.status_code in RETRY_STATUSES and "retry-after" not in response.headers:

@@ -26,6 +26,7 @@ from tests.daemon.harness import (
     wait_for,
     write_config,
 )
+from tests.execute.conftest import FAST_HEALTH
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 _salt = itertools.count(101)
@@ -127,7 +128,9 @@ async def test_sigterm_during_a_health_wait_rolls_back_and_exits(world: World) -
     slow = world.env.fleet.registry.add(
         "aidendle94/sparkrun-sglang-dsv41-gb10:slow", env={"STANDIN_LOAD_S": "60"}
     ).pinned
-    world.repo.commit(fast_files(**{PRODUCTION: {"image": slow}}), "production: a slow image")
+    # A gate that cannot time out before the signal, however slow the machine: the case is a shutdown.
+    patient = {**FAST_HEALTH, "ready_timeout_s": 300}
+    world.repo.commit(fast_files(**{PRODUCTION: {"image": slow, "health": patient}}), "production: a slow image")
     await wait_for(lambda: world.journal_has(PRODUCTION, "wait-ready"), 30, "the health wait", 0.01)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
