@@ -53,12 +53,14 @@ def configure(
     out = stream
     as_json = (not (out or sys.stderr).isatty()) if json_lines is None else json_lines
     renderer: Any = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
+    redactor = Redactor(secrets)
+    _route_library_logs(out, redactor, renderer)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            Redactor(secrets),
+            redactor,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
@@ -66,3 +68,43 @@ def configure(
         logger_factory=(lambda *_args: structlog.PrintLogger(file=out or sys.stderr)),
         cache_logger_on_first_use=False,
     )
+
+
+class _LibraryLogHandler(logging.Handler):
+    """Writes stdlib records (asyncssh, apscheduler, httpx) as our lines; the stream is looked up per record."""
+
+    def __init__(self, out: TextIO | None) -> None:
+        super().__init__(logging.WARNING)
+        self.out = out
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            (self.out or sys.stderr).write(self.format(record) + "\n")
+        except Exception:  # a log line must never take the process down
+            self.handleError(record)
+
+
+def _route_library_logs(out: TextIO | None, redactor: Redactor, renderer: Any) -> None:
+    """Libraries log through stdlib logging; without this their warnings reach stderr unredacted and unformatted.
+
+    Only warnings and above: at info asyncssh writes a line per channel, which would drown the daemon's own.
+    """
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _LibraryLogHandler)]:
+        root.removeHandler(handler)
+    handler = _LibraryLogHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+                redactor,
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root.addHandler(handler)
+    if root.level > logging.WARNING or root.level == logging.NOTSET:
+        root.setLevel(logging.WARNING)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 
 import pytest
 import structlog
@@ -45,3 +46,27 @@ def test_nested_values_and_exceptions_are_redacted_too() -> None:
     assert line["argv"] == ["sh", "-c", "echo [redacted]"]
     assert line["response"] == {"body": {"token": "[redacted]"}, "codes": [1, "[redacted]"]}
     assert line["error"] == "RuntimeError: refused [redacted]" and line["count"] == 3
+
+
+def test_library_warnings_come_out_as_our_lines_redacted() -> None:
+    """asyncssh, apscheduler and httpx log through stdlib logging: their lines are redacted and formatted too."""
+    out = io.StringIO()
+    canary = "hf_CANARY_stdlib_0123456789"
+    configure("info", json_lines=True, secrets=[canary], stream=out)
+    try:
+        logging.getLogger("asyncssh").info("Opening SSH connection (info is library chatter, not kept)")
+        logging.getLogger("asyncssh").warning("auth failed for %s", f"user:{canary}")
+        try:
+            raise RuntimeError(f"refused {canary}")
+        except RuntimeError:
+            logging.getLogger("apscheduler.executors").exception("job raised")
+    finally:
+        configure("warning")
+    assert canary not in out.getvalue()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(x["logger"], x["level"], x["event"]) for x in lines] == [
+        ("asyncssh", "warning", "auth failed for user:[redacted]"),
+        ("apscheduler.executors", "error", "job raised"),
+    ]
+    assert "RuntimeError: refused [redacted]" in lines[1]["exception"]
+    assert len([h for h in logging.getLogger().handlers if type(h).__name__ == "_LibraryLogHandler"]) == 1
