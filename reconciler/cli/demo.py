@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Mapping
@@ -215,13 +216,14 @@ async def run_daemon_on(env: DemoEnv, console: Console, resync_s: float) -> None
         for name, t in env.fleet.targets.items()
     )
     config_path = env.workdir / "reconciler.toml"
+    http_port = _free_loopback_port()  # known before the daemon starts, so it can be printed below
     config_path.write_text(
         f'[repo]\nurl = "{env.clone}"\nbranch = "{branch}"\nmirror_dir = "{env.workdir / "mirror"}"\n'
         f"resync_interval_s = {max(resync_s, 10.0)}\n"
         f'[ssh]\nkey = "{env.fleet.client_key_path}"\nknown_hosts = "{env.fleet.known_hosts_path}"\n'
         f'[daemon]\nowner = "lanes-demo"\ndb = "{env.workdir / "lanes.db"}"\n'
         f'secrets_dir = "{env.workdir / "secrets"}"\nlog_level = "info"\n'
-        f'[http]\nlisten = "127.0.0.1:0"\n{hosts}'
+        f'[http]\nlisten = "127.0.0.1:{http_port}"\n{hosts}'
     )
     config = load_config(config_path)
     lane = f"{env.clone}/state/lanes/eugr-nightly-dsv41-3x.yaml"
@@ -229,11 +231,18 @@ async def run_daemon_on(env: DemoEnv, console: Console, resync_s: float) -> None
         f"\nThe daemon now watches {env.clone} (Ctrl-C stops it). Change a lane and commit, e.g.:\n"
         f"  sed -i 's/max_num_seqs: 8/max_num_seqs: 4/' {lane}\n"
         f"  git -C {env.clone} commit -am 'eugr: 4 sequences'\n"
-        f"then: lanes status --db {env.workdir / 'lanes.db'} --repo {env.clone}\n",
+        f"then: lanes status --daemon http://127.0.0.1:{http_port}\n",
         highlight=False,
     )
     env.store.close()
     await Daemon(config, config_path).run()
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
 
 
 def report(

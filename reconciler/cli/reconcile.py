@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, fail, handle_errors, load_commit
+from reconciler.cli.daemonview import ask_daemon, needs_attention, trouble_lines
 from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, CycleSettings, Reconciler
 from reconciler.execute.secrets import SecretStore
@@ -33,6 +34,15 @@ SecretsOpt = Annotated[
     typer.Option("--secrets-dir", envvar="LANES_SECRETS_DIR", help="folder of secret files, one per secret name"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+DaemonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--daemon",
+        envvar="LANES_DAEMON",
+        help="URL of a running daemon's HTTP endpoint (e.g. http://127.0.0.1:9464): show its view; "
+        "exit 1 if it does not answer or cannot write its journal",
+    ),
+]
 
 DEFAULT_DB = Path(".lanes/lanes.db")
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts").expanduser()
@@ -198,20 +208,41 @@ def apply_cmd(
 
 
 @handle_errors
-def status_cmd(repo: RepoOpt = ".", rev: RevOpt = "HEAD", db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
-    """Per lane: desired and applied commit, health, hosts, last error."""
-    desired: DesiredState | None = None
-    try:
-        desired = load_commit(repo, rev).desired
-    except Exception:
-        desired = None
-    store = Store(db)
-    rows = status_rows(store, desired)
-    store.close()
-    if as_json:
-        print(json.dumps({"lanes": rows}, indent=2, default=str))
+def status_cmd(
+    repo: RepoOpt = ".",
+    rev: RevOpt = "HEAD",
+    db: DbOpt = DEFAULT_DB,
+    daemon: DaemonOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per lane: desired and applied commit, health, hosts, last error.
+
+    With --daemon, the running daemon's view instead of a local journal, and what keeps it from converging.
+    """
+    view = ask_daemon(daemon) if daemon else None
+    if view is not None and view.status is not None:
+        rows: list[dict[str, Any]] = view.status["lanes"]
     else:
-        print_status(rows, Console())
+        desired: DesiredState | None = None
+        try:
+            desired = load_commit(repo, rev).desired
+        except Exception:
+            desired = None
+        store = Store(db)
+        rows = status_rows(store, desired)
+        store.close()
+    if as_json:
+        out: dict[str, Any] = {"lanes": rows}
+        if view is not None:
+            out = {"daemon": view.as_json(), **out}
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        console = Console()
+        for color, text in trouble_lines(view) if view is not None else []:
+            console.print(f"[{color}]{text}[/]", highlight=False, soft_wrap=True)
+        print_status(rows, console)
+    if view is not None and needs_attention(view):
+        raise typer.Exit(EXIT_DENY)
 
 
 @handle_errors

@@ -302,6 +302,32 @@ class ControlWorld:
         assert proc.returncode == 0, err.decode()
         return {row["name"]: row for row in json.loads(out)["lanes"]}
 
+    async def daemon_status(self, daemon: DaemonProc) -> tuple[int, dict[str, Any], str]:
+        """`lanes status --daemon URL`, as --json and as the table: exit code, the JSON, the text."""
+        url = f"http://127.0.0.1:{daemon.port}"
+        outputs = []
+        codes = []
+        for extra in (["--json"], []):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "reconciler.cli.main",
+                "status",
+                "--daemon",
+                url,
+                *extra,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "COLUMNS": "400"},
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), 120)
+            assert not err.strip(), err.decode()
+            outputs.append(out.decode())
+            codes.append(proc.returncode)
+        assert codes[0] == codes[1], codes
+        assert codes[0] is not None
+        return codes[0], json.loads(outputs[0]), outputs[1]
+
 
 def reopen(repo: StateRepo, path: Path) -> None:
     """Point a StateRepo at its repository after the directory moved (a remote renamed away and back)."""

@@ -109,6 +109,11 @@ async def test_a_full_journal_disk_changes_no_host_says_why_and_applies_once_spa
             assert "database or disk is full" in event["error"] and event["keeping"] == first
             rows = await world.lanes_status(d)  # the last good state, readable from the full disk
             assert (rows[PRODUCTION]["health"], rows[PRODUCTION]["commit"]) == ("healthy", first)
+            code, view, table = await world.daemon_status(d)  # what a person asks the running daemon
+            assert code == 1, table
+            assert view["daemon"]["reachable"] is True and view["daemon"]["store"]["writable"] is False
+            assert {r["name"]: r["health"] for r in view["lanes"]}[PRODUCTION] == "healthy"
+            assert "not writable" in table and "database or disk is full" in table and "held in memory" in table
             assert d.integrity() == "ok"
 
             filler.unlink()
@@ -250,6 +255,10 @@ async def test_an_unreachable_remote_keeps_the_last_commit_and_converges_when_it
         assert failed["url"] == f"file://{origin}" and failed["keeping"] == first
         rows = await world.lanes_status(d, repo=d.dir / "mirror")
         assert (rows[PRODUCTION]["health"], rows[PRODUCTION]["commit"]) == ("healthy", first)
+        code, view, table = await world.daemon_status(d)
+        assert code == 0, table  # the fleet is served; the stale source is said, not failed
+        assert view["daemon"]["source"]["ok"] is False and view["daemon"]["head"] == first
+        assert f"fetch of file://{origin} failing" in table and "last fetched commit keeps running" in table
 
         away.rename(origin)
         reopen(world.repo, origin)
