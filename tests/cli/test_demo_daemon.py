@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.daemon.harness import run_lanes
 from tests.example import EUGR, PRODUCTION, ROOT
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
@@ -45,20 +46,8 @@ def _git(repo: Path, *args: str) -> str:
 
 
 async def _status(url: str) -> tuple[int, dict[str, Any]]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "reconciler.cli.main",
-        "status",
-        "--daemon",
-        url,
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, json.loads(out)
+    code, out, _ = await run_lanes("status", "--daemon", url, "--json")
+    return code, json.loads(out)
 
 
 async def _until(url: str, ok: Any, what: str, timeout: float) -> dict[str, Any]:

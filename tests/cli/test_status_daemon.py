@@ -7,7 +7,6 @@ checked against a running daemon in tests/faults/test_control_faults.py.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,15 +17,9 @@ from typer.testing import CliRunner
 
 from reconciler.cli.daemonview import DaemonView, trouble_lines
 from reconciler.cli.main import app
+from tests.daemon.harness import free_port
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 class _NotADaemon(BaseHTTPRequestHandler):
@@ -62,7 +55,7 @@ def _status(tmp_path: Path, url: str, *extra: str) -> tuple[int, str]:
 
 
 def test_a_daemon_that_does_not_answer_exits_1_and_still_shows_the_local_journal(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     code, out = _status(tmp_path, url, "--json")
     assert code == 1, out
     data = json.loads(out)

@@ -84,6 +84,17 @@ async def spawn_daemon(config: Path, log: Path) -> asyncio.subprocess.Process:
         )  # fmt: skip
 
 
+async def run_lanes(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """The real `lanes` command as a process (never blocking the loop: simulated hosts may run on it)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "reconciler.cli.main", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,7 +19,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from tests.daemon.harness import (
     fast_files,
     free_port,
     lane_health,
+    run_lanes,
     sim_for_example,
     spawn_daemon,
     wait_for,
@@ -285,48 +285,20 @@ class ControlWorld:
 
     async def lanes_status(self, daemon: DaemonProc, repo: Path | None = None) -> dict[str, dict[str, Any]]:
         """`lanes status --json` against a daemon's sqlite file, by lane."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "reconciler.cli.main",
-            "status",
-            "--json",
-            "--db",
-            str(daemon.db),
-            "--repo",
-            str(repo or self.repo.path),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        code, out, err = await run_lanes(
+            "status", "--json", "--db", str(daemon.db), "--repo", str(repo or self.repo.path)
         )
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-        assert proc.returncode == 0, err.decode()
+        assert code == 0, err
         return {row["name"]: row for row in json.loads(out)["lanes"]}
 
     async def daemon_status(self, daemon: DaemonProc) -> tuple[int, dict[str, Any], str]:
         """`lanes status --daemon URL`, as --json and as the table: exit code, the JSON, the text."""
         url = f"http://127.0.0.1:{daemon.port}"
-        outputs = []
-        codes = []
-        for extra in (["--json"], []):
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "reconciler.cli.main",
-                "status",
-                "--daemon",
-                url,
-                *extra,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env={**os.environ, "COLUMNS": "400"},
-            )
-            out, err = await asyncio.wait_for(proc.communicate(), 120)
-            assert not err.strip(), err.decode()
-            outputs.append(out.decode())
-            codes.append(proc.returncode)
-        assert codes[0] == codes[1], codes
-        assert codes[0] is not None
-        return codes[0], json.loads(outputs[0]), outputs[1]
+        code, out, err = await run_lanes("status", "--daemon", url, "--json")
+        assert not err.strip(), err
+        table_code, table, err = await run_lanes("status", "--daemon", url, env={**os.environ, "COLUMNS": "400"})
+        assert not err.strip() and table_code == code, (table_code, err)
+        return code, json.loads(out), table
 
 
 def reopen(repo: StateRepo, path: Path) -> None:

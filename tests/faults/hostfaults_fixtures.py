@@ -19,7 +19,6 @@ import contextlib
 import json
 import signal
 import sqlite3
-import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from tests.daemon.harness import (
     fast_files,
     free_port,
     lane_health,
+    run_lanes,
     sim_for_example,
     spawn_daemon,
     wait_for,
@@ -103,17 +103,7 @@ class FaultWorld:
 
     async def lanes(self, *args: str) -> tuple[int, str, str]:
         """The real `lanes` command as a process (never blocking this loop: the simulated hosts run on it)."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "reconciler.cli.main",
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-        assert proc.returncode is not None
-        return proc.returncode, out.decode(), err.decode()
+        return await run_lanes(*args)
 
     async def status(self) -> dict[str, dict[str, Any]]:
         """`lanes status --json`, by lane."""
