@@ -12,11 +12,18 @@ import json
 from collections.abc import Awaitable, Mapping, Sequence
 
 from reconciler.engines import ContainerSpec, docker_run_argv
-from reconciler.errors import LanesError, PermanentError, TransientError
+from reconciler.errors import HostUnreachableError, LanesError, PermanentError, TransientError
 from reconciler.facts.commands import dropcaches_argv, envfile_argv, lease_argv
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.facts.parse import parse_lease_output
-from reconciler.transport.base import HostTarget, Transport
+from reconciler.transport.base import CommandResult, HostTarget, Transport
+
+LIVENESS_TIMEOUT_S = 5.0
+"""How long a host that already failed a command in this cycle gets to answer a `true` before the next one.
+
+A cut link does not refuse commands, it swallows them: each would wait out the full command timeout
+(60 s), and a rollback sends several to every host. After one such failure the host is asked first.
+"""
 
 
 class LeaseHeldError(TransientError):
@@ -44,18 +51,40 @@ class HostOps:
         self.timeout = timeout
         self.pull_timeout = pull_timeout
         self.stop_timeout_s = stop_timeout_s
+        self.suspect: dict[str, str] = {}
+        """Hosts that timed out or dropped a connection in this cycle (HostOps lives for one), and why."""
 
     async def run(
         self, host: str, argv: list[str], *, input: str | None = None, timeout: float | None = None, check: bool = True
     ) -> str:
-        result = await self.transport.run(
-            self.targets[host], argv, input=input, timeout=timeout or self.timeout, check=check
-        )
+        result = await self._call(host, argv, input=input, timeout=timeout or self.timeout, check=check)
         return result.stdout
+
+    async def _call(
+        self, host: str, argv: list[str], *, input: str | None = None, timeout: float, check: bool
+    ) -> CommandResult:
+        """Every command goes through here: a host that failed to answer before is asked if it is back first."""
+        if host in self.suspect:
+            await self._still_there(host)
+        try:
+            return await self.transport.run(self.targets[host], argv, input=input, timeout=timeout, check=check)
+        except HostUnreachableError as exc:
+            self.suspect[host] = exc.reason
+            raise
+
+    async def _still_there(self, host: str) -> None:
+        limit = min(LIVENESS_TIMEOUT_S, self.timeout)
+        try:
+            # Any exit status is an answer: only silence means the host is still gone.
+            await self.transport.run(self.targets[host], ["true"], timeout=limit, check=False)
+        except HostUnreachableError as exc:
+            earlier = self.suspect[host]
+            raise HostUnreachableError(host, f"{earlier}; still not answering ({exc.reason}), so not sent") from None
+        self.suspect.pop(host, None)
 
     async def acquire_lease(self, host: str, lease_file: str, owner: str, ttl_s: int) -> None:
         argv = lease_argv("acquire", lease_file, owner, ttl_s)
-        result = await self.transport.run(self.targets[host], argv, timeout=self.timeout, check=False)
+        result = await self._call(host, argv, timeout=self.timeout, check=False)
         outcome = parse_lease_output(result.stdout) if result.stdout.strip() else None
         if result.exit_status == LEASE_CONFLICT_EXIT and outcome is not None and outcome.lease is not None:
             raise LeaseHeldError(host, outcome.lease.owner, outcome.lease.expires)
@@ -67,11 +96,8 @@ class HostOps:
         # An expiring lease frees the host anyway, so a failed release is not an error.
         with contextlib.suppress(LanesError):
             # Short: a host that vanished mid-apply must not hold the result back for a full command timeout.
-            await self.transport.run(
-                self.targets[host],
-                lease_argv("release", lease_file, owner, 0),
-                timeout=min(self.timeout, 10.0),
-                check=False,
+            await self._call(
+                host, lease_argv("release", lease_file, owner, 0), timeout=min(self.timeout, 10.0), check=False
             )
 
     async def pull(self, host: str, image: str) -> None:
@@ -115,8 +141,8 @@ class HostOps:
 
     async def logs(self, host: str, name: str, tail: int) -> str:
         try:
-            result = await self.transport.run(
-                self.targets[host], ["docker", "logs", "--tail", str(tail), name], timeout=self.timeout, check=False
+            result = await self._call(
+                host, ["docker", "logs", "--tail", str(tail), name], timeout=self.timeout, check=False
             )
         except LanesError as exc:
             return f"(logs unavailable: {exc})"
