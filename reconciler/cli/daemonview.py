@@ -23,10 +23,6 @@ class DaemonView:
     status: dict[str, Any] | None
     error: str | None
 
-    @property
-    def reachable(self) -> bool:
-        return self.status is not None
-
     def as_json(self) -> dict[str, Any]:
         if self.status is None:
             return {"url": self.url, "reachable": False, "error": self.error}
