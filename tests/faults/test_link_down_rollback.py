@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.harness import wait_for
+from tests.execute.conftest import FAST_HEALTH
 from tests.faults.hostfaults_fixtures import EUGR_HOSTS, PROD_HOSTS, PRODUCTION, cycle_world
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -25,7 +26,11 @@ async def test_a_worker_cut_off_during_the_readiness_wait_is_skipped_by_the_roll
         old_image = w.image_of(PRODUCTION)
         eugr_before = w.snapshot(EUGR_HOSTS)
         new_image = w.env.fleet.registry.add(f"{PROD_REPO}:cut-worker", env={"STANDIN_LOAD_S": "30"}).pinned
-        head = w.commit("production: bump (dgx2's cable is cut)", **{PRODUCTION: {"image": new_image}})
+        # A readiness budget the watcher always beats, however loaded the machine: the case is the cut.
+        patient = {**FAST_HEALTH, "ready_timeout_s": 90}
+        head = w.commit(
+            "production: bump (dgx2's cable is cut)", **{PRODUCTION: {"image": new_image, "health": patient}}
+        )
         cycle = asyncio.create_task(w.cycle())
         await wait_for(lambda: w.journal_has(PRODUCTION, "wait-ready", head), 60, "the readiness wait", 0.01)
         await w.faults.cut_link("dgx2")
