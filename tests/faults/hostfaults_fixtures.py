@@ -46,6 +46,8 @@ from tests.daemon.harness import (
 )
 
 CONNECT_TIMEOUT_S = 2.0  # a host behind a cut link costs this per attempt, not the default 10 s
+PROD_REPO = "aidendle94/sparkrun-sglang-dsv41-gb10"  # the example lanes' image repositories
+EUGR_REPO = "eugr/spark-vllm-b12x"
 CONVERGE_S = 90.0  # generous: two cores, other test runs next to this one
 
 
@@ -257,4 +259,15 @@ def _no_leaks(env: DemoEnv) -> None:
     assert not leaked, f"stand-in processes left running: {leaked}"
 
 
-__all__ = ["EUGR", "EUGR_HOSTS", "PRODUCTION", "PROD_HOSTS", "Box", "FaultWorld", "cycle_world", "daemon_world"]
+__all__ = [
+    "EUGR",
+    "EUGR_HOSTS",
+    "EUGR_REPO",
+    "PRODUCTION",
+    "PROD_HOSTS",
+    "PROD_REPO",
+    "Box",
+    "FaultWorld",
+    "cycle_world",
+    "daemon_world",
+]

@@ -25,7 +25,9 @@ from tests.example import example_state
 from tests.faults.hostfaults_fixtures import (
     EUGR,
     EUGR_HOSTS,
+    EUGR_REPO,
     PROD_HOSTS,
+    PROD_REPO,
     PRODUCTION,
     cycle_world,
     daemon_world,
@@ -34,8 +36,6 @@ from tests.transport.sshfake import FakeSSHServer
 
 pytestmark = [pytest.mark.slow]
 
-PROD_REPO = "aidendle94/sparkrun-sglang-dsv41-gb10"
-EUGR_REPO = "eugr/spark-vllm-b12x"
 
 
 # -- 1. a host rebooted mid-apply ------------------------------------------------------------------------

@@ -14,10 +14,9 @@ import pytest
 
 from tests.daemon.harness import wait_for
 from tests.execute.conftest import FAST_HEALTH
-from tests.faults.hostfaults_fixtures import EUGR_HOSTS, PROD_HOSTS, PRODUCTION, cycle_world
+from tests.faults.hostfaults_fixtures import EUGR_HOSTS, PROD_HOSTS, PROD_REPO, PRODUCTION, cycle_world
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-PROD_REPO = "aidendle94/sparkrun-sglang-dsv41-gb10"
 
 
 async def test_a_worker_cut_off_during_the_readiness_wait_is_skipped_by_the_rollback(tmp_path: Path) -> None:
