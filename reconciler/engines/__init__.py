@@ -1,17 +1,11 @@
 """engines: render a lane rank into a container spec and a `docker run` argv, one module per engine.
 
-Pure: no I/O, no shell strings. Every lane field stays one argv item.
+Pure: no I/O, no shell strings. Every lane field stays one argv item. The labels the renderers
+write are defined in `reconciler.facts.labels`, the host protocol's one home.
 """
 
 from reconciler.engines.base import (
     HF_CACHE_TARGET,
-    LABEL_COMMIT,
-    LABEL_ENGINE,
-    LABEL_LANE,
-    LABEL_MANAGED,
-    LABEL_PORT,
-    LABEL_RANK,
-    LABEL_SPEC,
     ContainerSpec,
     RankContext,
     compute_spec_hash,
@@ -22,13 +16,6 @@ from reconciler.engines.registry import RENDERERS, render_lane, render_rank, sta
 
 __all__ = [
     "HF_CACHE_TARGET",
-    "LABEL_COMMIT",
-    "LABEL_ENGINE",
-    "LABEL_LANE",
-    "LABEL_MANAGED",
-    "LABEL_PORT",
-    "LABEL_RANK",
-    "LABEL_SPEC",
     "RENDERERS",
     "ContainerSpec",
     "RankContext",

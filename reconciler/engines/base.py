@@ -20,15 +20,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from reconciler.errors import InputError
+from reconciler.facts.labels import (
+    LABEL_COMMIT,
+    LABEL_ENGINE,
+    LABEL_LANE,
+    LABEL_MANAGED,
+    LABEL_PORT,
+    LABEL_RANK,
+    LABEL_SPEC,
+    MANAGED_VALUE,
+)
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec, Mount
 
-LABEL_MANAGED = "lanes.managed"
-LABEL_LANE = "lanes.lane"
-LABEL_RANK = "lanes.rank"
-LABEL_SPEC = "lanes.spec"
-LABEL_COMMIT = "lanes.commit"
-LABEL_PORT = "lanes.port"
-LABEL_ENGINE = "lanes.engine"
 UNHASHED_LABELS = frozenset({LABEL_SPEC, LABEL_COMMIT})
 """Labels that describe a container's provenance, not what it runs."""
 
@@ -221,7 +224,7 @@ def seal(
     if image.startswith("-"):
         raise InputError(f"lane '{lane.name}': image {image!r} would be read as a docker option", field="image")
     labels = {
-        LABEL_MANAGED: "true",
+        LABEL_MANAGED: MANAGED_VALUE,
         LABEL_LANE: lane.name,
         LABEL_RANK: str(ctx.rank),
         LABEL_PORT: str(lane.port),

@@ -13,11 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-LABEL_MANAGED = "lanes.managed"
-LABEL_LANE = "lanes.lane"
-LABEL_RANK = "lanes.rank"
-LABEL_SPEC = "lanes.spec"
-LABEL_COMMIT = "lanes.commit"
+from reconciler.facts.labels import LABEL_COMMIT, LABEL_LANE, LABEL_MANAGED, LABEL_RANK, LABEL_SPEC, MANAGED_VALUE
 
 
 @dataclass(frozen=True)
@@ -35,7 +31,7 @@ class ObservedContainer:
 
     @property
     def managed(self) -> bool:
-        return self.labels.get(LABEL_MANAGED) == "true"
+        return self.labels.get(LABEL_MANAGED) == MANAGED_VALUE
 
     @property
     def lane(self) -> str | None:

@@ -14,12 +14,14 @@ pure core stays free of I/O; `tests/facts` runs it for real.
 
 from __future__ import annotations
 
+from reconciler.facts.labels import LABEL_MANAGED, MANAGED_VALUE
+
 PROBE_VERSION = 1
 
-PROBE_SCRIPT = r"""
+_SOURCE = r"""
 import json, os, socket, stat, subprocess, sys, time
 
-MANAGED = "lanes.managed=true"
+MANAGED = "@MANAGED@"
 
 
 def run(argv, errors, state):
@@ -234,3 +236,7 @@ def main():
 
 main()
 """
+
+# The label the probe filters on comes from the one labels module; it is pasted into the source
+# because the script runs on the host, where it cannot import anything of lanes.
+PROBE_SCRIPT = _SOURCE.replace("@MANAGED@", f"{LABEL_MANAGED}={MANAGED_VALUE}")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import reconciler
+from reconciler.facts.labels import LABEL_RANK
 from reconciler.sim.registry import SimImage
 from reconciler.sim.sharedclient import KILLED, SharedStandinClient
 
@@ -72,7 +73,7 @@ class SimContainer:
 
     @property
     def worker(self) -> bool:
-        return self.labels.get("lanes.rank", "0") != "0"
+        return self.labels.get(LABEL_RANK, "0") != "0"
 
     def _env(self) -> dict[str, str]:
         env = {}

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.facts import commands as fc
+from reconciler.facts.labels import LABEL_MANAGED, LABEL_RANK, MANAGED_VALUE
 from reconciler.sim.containers import SimContainer
 from reconciler.sim.dockerd import Result, SimDockerDaemon
 from reconciler.sim.engineargs import scan_engine_argv
@@ -79,7 +80,7 @@ class SimContainerRuntime:
     def serving_port(self, name: str) -> int | None:
         """The port a head-rank container serves on (from its engine argv)."""
         c = self.daemon.containers.get(name)
-        if c is None or c.labels.get("lanes.rank", "0") != "0":
+        if c is None or c.labels.get(LABEL_RANK, "0") != "0":
             return None
         return scan_engine_argv(c.entrypoint + c.cmd).port
 
@@ -139,8 +140,8 @@ class SimContainerRuntime:
         everything = list(self.daemon.containers.values())
         for c in everything:
             c.refresh()  # a stand-in that died since the last look shows as exited
-        managed = [c for c in everything if c.labels.get("lanes.managed") == "true"]
-        others = [c for c in everything if c.labels.get("lanes.managed") != "true"]
+        managed = [c for c in everything if c.labels.get(LABEL_MANAGED) == MANAGED_VALUE]
+        others = [c for c in everything if c.labels.get(LABEL_MANAGED) != MANAGED_VALUE]
         return self.facts.probe(
             request,
             hostname=self.host_name,
