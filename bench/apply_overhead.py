@@ -33,7 +33,7 @@ from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
 from reconciler.transport.base import HostTarget
-from tests.example import example_policies, example_state, with_lane
+from tests.support.example import example_policies, example_state, with_lane
 
 
 def prepared_state(poll_s: float) -> DesiredState:

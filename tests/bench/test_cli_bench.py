@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from reconciler.cli.bench import bench_cmd
 from reconciler.daemon.trialjob import comparison_markdown
 from tests.bench.conftest import StartStandin, free_port
-from tests.example import PRODUCTION
-from tests.gitrepo import make_repo
+from tests.support.example import PRODUCTION
+from tests.support.gitrepo import make_repo
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 

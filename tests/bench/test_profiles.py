@@ -7,7 +7,7 @@ import pytest
 from reconciler.bench.service import lane_url, resolve_profile
 from reconciler.errors import InputError
 from reconciler.spec.bench import BenchProfile, BenchProfilesFile, load_bench_profiles
-from tests.example import EUGR, PRODUCTION, example_state, repo_files, with_lane
+from tests.support.example import EUGR, PRODUCTION, example_state, repo_files, with_lane
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -68,7 +68,7 @@ def test_a_profile_written_inline_in_the_lane_file_is_used() -> None:
     from reconciler.bench.service import resolve_profile
     from reconciler.spec.bench import BenchProfile as Profile
     from reconciler.spec.load import load_desired
-    from tests.example import PRODUCTION, repo_files
+    from tests.support.example import PRODUCTION, repo_files
 
     files = repo_files()
     path = f"state/lanes/{PRODUCTION}.yaml"

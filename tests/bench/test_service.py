@@ -7,7 +7,7 @@ import pytest
 from reconciler.bench import benchmark_lane, evidence
 from reconciler.errors import InputError
 from reconciler.spec.bench import BenchProfile, BenchProfilesFile
-from tests.example import PRODUCTION, example_state
+from tests.support.example import PRODUCTION, example_state
 
 from . import fakeengine
 

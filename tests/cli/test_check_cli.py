@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from reconciler.cli.main import app
-from tests.example import GLM, MINIMAX, PRODUCTION, ROOT, repo_files
-from tests.gitrepo import commit_files, make_repo
+from tests.support.example import GLM, MINIMAX, PRODUCTION, ROOT, repo_files
+from tests.support.gitrepo import commit_files, make_repo
 
 pytestmark = pytest.mark.timeout(120)
 runner = CliRunner()

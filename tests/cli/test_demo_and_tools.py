@@ -13,7 +13,7 @@ from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
 from reconciler.cli.main import app
-from tests.example import EUGR, PRODUCTION, ROOT
+from tests.support.example import EUGR, PRODUCTION, ROOT
 
 runner = CliRunner()
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.daemon.harness import run_lanes
-from tests.example import EUGR, PRODUCTION, ROOT
+from tests.support.example import EUGR, PRODUCTION, ROOT
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 

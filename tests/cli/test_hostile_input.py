@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from reconciler.cli.main import app
-from tests.example import repo_files
+from tests.support.example import repo_files
 
 pytestmark = pytest.mark.timeout(300)
 runner = CliRunner()

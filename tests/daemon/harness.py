@@ -19,9 +19,9 @@ from ruamel.yaml import YAML
 from reconciler.cli.demo import DemoEnv, start_sim
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
-from tests.example import EUGR, PRODUCTION, example_policies, example_state, repo_files
 from tests.execute.conftest import fast
-from tests.gitrepo import SIGNATURE
+from tests.support.example import EUGR, PRODUCTION, example_policies, example_state, repo_files
+from tests.support.gitrepo import SIGNATURE
 
 LANE_DIR = "state/lanes"
 PROD_HOSTS = ("dgx1", "dgx2", "dgx3", "dgx4")  # where the example fleet runs PRODUCTION

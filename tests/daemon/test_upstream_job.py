@@ -11,7 +11,7 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.upstreamjob import upstream_job
 from reconciler.source.mirror import Mirror
 from reconciler.spec.load import load_desired
-from tests.example import GLM, PRODUCTION, repo_files
+from tests.support.example import GLM, PRODUCTION, repo_files
 from tests.upstream.servers import FakeGitHub, LocalServer
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,7 +15,7 @@ from reconciler.execute.cycle import CycleResult
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
-from tests.example import EUGR, PRODUCTION, example_policies, example_state, with_lane
+from tests.support.example import EUGR, PRODUCTION, example_policies, example_state, with_lane
 
 _counter = itertools.count(1)
 FAST_HEALTH = Health(

@@ -8,8 +8,8 @@ import stat
 import pytest
 
 from reconciler.plan.steps import WaitReady
-from tests.example import EUGR, GLM, PRODUCTION, with_lane
 from tests.execute.conftest import World
+from tests.support.example import EUGR, GLM, PRODUCTION, with_lane
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 PROD_HOSTS = ["dgx1", "dgx2", "dgx3", "dgx4"]

@@ -18,8 +18,8 @@ import pytest
 from reconciler.execute import apply as apply_module
 from reconciler.execute.readiness import GateResult, wait_ready
 from reconciler.spec.lane import Health
-from tests.example import PRODUCTION, with_lane
 from tests.execute.conftest import FAST_HEALTH, World
+from tests.support.example import PRODUCTION, with_lane
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -32,7 +32,6 @@ from reconciler.observe.probe import lease_file as lease_file_of
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.store.journal import Store
 from tests.daemon.harness import sim_for_example
-from tests.example import example_policies, example_state
 from tests.execute.conftest import fast
 from tests.faults.controlfaults_fixtures import (
     EUGR,
@@ -48,6 +47,7 @@ from tests.faults.controlfaults_fixtures import (
     small_disk,
     wait_for,
 )
+from tests.support.example import example_policies, example_state
 
 DAEMONS = pytest.mark.timeout(240)  # each daemon test takes 20-30 s on two cores; room for a loaded machine
 _salt = itertools.count(401)

@@ -21,7 +21,6 @@ from reconciler.sim.registry import DOCKER_HUB, Outage, SimRegistry
 from reconciler.sim.runtime import SimContainerRuntime
 from reconciler.transport import HostTarget, SSHTransport
 from tests.daemon.harness import wait_for
-from tests.example import example_state
 from tests.faults.hostfaults_fixtures import (
     EUGR,
     EUGR_HOSTS,
@@ -32,6 +31,7 @@ from tests.faults.hostfaults_fixtures import (
     cycle_world,
     daemon_world,
 )
+from tests.support.example import example_state
 from tests.transport.sshfake import FakeSSHServer
 
 pytestmark = [pytest.mark.slow]

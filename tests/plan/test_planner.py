@@ -18,7 +18,16 @@ from reconciler.plan import Plan, PlanOptions, plan
 from reconciler.plan.steps import AcquireLeases, PullImages, StartRanks, StopContainers, WaitReady, WriteEnvFiles
 from reconciler.policy import evaluate
 from reconciler.spec.load import DesiredState
-from tests.example import EUGR, GLM, MINIMAX, PRODUCTION, example_policies, example_state, with_lane, without_lane
+from tests.support.example import (
+    EUGR,
+    GLM,
+    MINIMAX,
+    PRODUCTION,
+    example_policies,
+    example_state,
+    with_lane,
+    without_lane,
+)
 
 pytestmark = pytest.mark.timeout(30)
 NEW_IMAGE = "aidendle94/sparkrun-sglang-dsv41-gb10@sha256:" + "ab" * 32

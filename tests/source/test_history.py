@@ -15,8 +15,8 @@ from reconciler.cli.history import history_cmd
 from reconciler.source.history import diff_fields, history, lane_history
 from reconciler.source.notes import write_verdict_note
 from reconciler.store.journal import Store
-from tests.example import EUGR, GLM, MINIMAX, PRODUCTION, repo_files
 from tests.source.gitutil import commit, sig
+from tests.support.example import EUGR, GLM, MINIMAX, PRODUCTION, repo_files
 
 pytestmark = pytest.mark.timeout(60)
 

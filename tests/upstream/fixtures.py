@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 
 from reconciler.upstream.store import HeadRecord, ReleaseRecord, UpstreamStore
-from tests.gitrepo import commit_files
+from tests.support.gitrepo import commit_files
 
 VLLM_DATES = {
     27: "2026-06-24",

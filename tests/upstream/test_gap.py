@@ -16,7 +16,7 @@ from reconciler.cli.upstream import propose_cmd, upstream_cmd
 from reconciler.logsetup import configure
 from reconciler.upstream.gap import GapRow, gap_rows
 from reconciler.upstream.store import UpstreamStore
-from tests.example import EUGR, GLM, MINIMAX, PRODUCTION, example_state, repo_files
+from tests.support.example import EUGR, GLM, MINIMAX, PRODUCTION, example_state, repo_files
 from tests.upstream.fixtures import feed_note_releases, local_upstreams, make_state_repo
 from tests.upstream.servers import App, FakeGitHub, FakeRegistry, LocalServer
 from tests.upstream.test_githead import commit as git_commit

@@ -20,7 +20,7 @@ from reconciler.upstream.forge import ForgeSettings
 from reconciler.upstream.poll import poll_source
 from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, propose_all
 from reconciler.upstream.store import UpstreamStore
-from tests.example import PRODUCTION, repo_files
+from tests.support.example import PRODUCTION, repo_files
 from tests.upstream.conftest import VirtualClock
 from tests.upstream.fixtures import local_upstreams, make_state_repo
 from tests.upstream.servers import App, FakeForge, FakeGitHub, FakeRegistry, LocalServer

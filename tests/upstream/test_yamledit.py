@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.errors import PermanentError
 from reconciler.upstream.yamledit import bump_lane
-from tests.example import ROOT
+from tests.support.example import ROOT
 
 pytestmark = pytest.mark.timeout(30)
 
