@@ -1,10 +1,26 @@
-"""One exception root, split by what the caller should do about it.
+"""One exception root, split by what the reconciler does about it.
 
-`TransientError` means "try again later" (a host that did not answer, a
-registry that timed out); `PermanentError` means "this will not work until
-something changes" (a missing image digest, a refused host key);
-`InputError` means the user's files or arguments are wrong and names the
-file, line and field so a person can fix them.
+The split decides retries (as kopf's temporary/permanent errors do), so every
+class below sits where its consequence is::
+
+    LanesError
+    ├── TransientError ........ try again after `delay_s`, backing off; the spec is not blamed
+    │   ├── HostUnreachableError    a host did not answer, or the connection dropped
+    │   ├── LeaseHeldError          another reconciler holds a host (execute/hostops.py)
+    │   ├── PullFailedError         `docker pull` failed: registry down, network cut
+    │   └── HostFaultError          a rank's host went away during the readiness gate
+    ├── PermanentError ........ will repeat until the lane or the host changes: the spec is condemned
+    │   ├── RemoteCommandError      a host command exited non-zero (a `docker run` refused, ...)
+    │   ├── HostKeyError            the host's key is not the pinned one
+    │   ├── DigestMismatchError     the pulled image is not the pinned digest
+    │   └── NotReadyError           the engine did not pass its readiness gate, every host answering
+    ├── InputError ............ a person's file or flag is wrong (file, line, field): the lane is denied
+    └── StepFailedError ....... a lane transaction's step failed; wraps one of the above and says
+                                whether old ranks were already stopped (then a rollback runs)
+
+A transient failure of the same spec past `FLAP_LIMIT` times in a row is
+treated as permanent: a host that reboots during every readiness gate must
+not redeploy a lane forever (`reconciler.plan.health.retry_delay`).
 """
 
 from __future__ import annotations
@@ -15,7 +31,10 @@ class LanesError(Exception):
 
 
 class TransientError(LanesError):
-    """A failure that may go away on its own: retry on the next cycle."""
+    """A failure that may go away on its own: retried after `delay_s`, with backoff."""
+
+    delay_s: float = 30.0
+    """The first wait before a retry; each further failure of the same spec doubles it."""
 
 
 class PermanentError(LanesError):
@@ -82,3 +101,51 @@ class HostKeyError(PermanentError):
         self.host = host
         self.reason = reason
         super().__init__(f"{host}: host key refused: {reason}")
+
+
+class PullFailedError(TransientError):
+    """`docker pull` failed on a host: the registry or the link may be back at the next try."""
+
+    def __init__(self, host: str, image: str, reason: str) -> None:
+        self.host = host
+        super().__init__(f"{host}: pull of {image} failed: {reason}")
+
+
+class HostFaultError(TransientError):
+    """A rank's host stopped answering during the readiness gate: the host, not the spec, is in doubt."""
+
+    delay_s = 60.0
+
+
+class DigestMismatchError(PermanentError):
+    """The image a host pulled does not carry the pinned digest."""
+
+
+class NotReadyError(PermanentError):
+    """The engine did not pass a stage of the readiness gate while every host answered."""
+
+
+class StepFailedError(LanesError):
+    """A step of a lane transaction failed.
+
+    `touched` says whether old ranks were already stopped (then a rollback runs); `transient` whether
+    the cause is a fault of the moment (the spec is retried after `delay_s`) rather than of the spec.
+    """
+
+    def __init__(
+        self, step: str, message: str, *, touched: bool, transient: bool = False, delay_s: float = 0.0
+    ) -> None:
+        super().__init__(message)
+        self.step = step
+        self.touched = touched
+        self.transient = transient
+        self.delay_s = delay_s
+
+    @classmethod
+    def wrap(cls, step: str, errors: list[BaseException], *, touched: bool) -> StepFailedError:
+        """One failure of a step over several hosts: transient only if every cause is."""
+        transient = bool(errors) and all(isinstance(e, TransientError) for e in errors)
+        delay = max((e.delay_s for e in errors if isinstance(e, TransientError)), default=0.0)
+        # An error lanes did not raise on purpose (a bug, an OS error) is named by its type too.
+        message = "; ".join(str(e) if isinstance(e, LanesError) else f"{type(e).__name__}: {e}" for e in errors)
+        return cls(step, message, touched=touched, transient=transient, delay_s=delay)

@@ -58,7 +58,10 @@ def read_applies(db: Path) -> tuple[Applies, str | None]:
         return {}, f"cannot open the journal {db}: {exc}"
     conn.row_factory = sqlite3.Row
     try:
+        have = {row[1] for row in conn.execute("pragma table_info(applies)")}
         columns = 'run, lane, "commit", fingerprint, result, error, started, finished, timings'
+        # cause and drift came later: a journal from before them is read without them.
+        columns += "".join(f", {c}" for c in ("cause", "drift") if c in have)
         rows = conn.execute(f"select {columns} from applies order by id").fetchall()  # noqa: S608 - constant
     except sqlite3.Error as exc:
         return {}, f"cannot read the journal {db}: {exc}"
@@ -71,6 +74,10 @@ def read_applies(db: Path) -> tuple[Applies, str | None]:
             entry["timings"] = json.loads(entry.get("timings") or "{}")
         except ValueError:
             entry["timings"] = {}
+        try:
+            entry["drift"] = json.loads(entry.get("drift") or "[]")
+        except ValueError:
+            entry["drift"] = []
         out.setdefault((entry["lane"], entry["commit"]), []).append(entry)
     return out, None
 
@@ -109,6 +116,9 @@ def _outcome(entry: dict[str, Any]) -> str:
         if total is not None:
             text += f" in {float(total):.1f} s"
         why = row.get("error")
+        drift = row.get("drift") or []
+        if drift:
+            text += " (drift: " + escape("; ".join(f"{d['container']} {d['kind']} on {d['host']}" for d in drift)) + ")"
         if row.get("rule"):
             why = f"{row['rule']}: {why}" if why else row["rule"]
         if why:

@@ -19,7 +19,7 @@ from reconciler.execute.cycle import CycleResult, CycleSettings, Reconciler
 from reconciler.execute.secrets import SecretStore
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
-from reconciler.store.status import status_rows
+from reconciler.store.status import drift_text, status_rows
 from reconciler.transport.ssh import SSHTransport
 
 RepoOpt = Annotated[str, typer.Option("--repo", help="path of the state repository")]
@@ -81,7 +81,7 @@ def print_plan(result: CycleResult, console: Console) -> None:
 
 def print_status(rows: list[dict[str, Any]], console: Console) -> None:
     table = Table(title="lanes", title_justify="left")
-    for col in ("lane", "desired", "health", "applied", "hosts", "ready in", "evidence", "last error"):
+    for col in ("lane", "desired", "health", "applied", "hosts", "ready in", "evidence", "last error or drift"):
         table.add_column(col, overflow="fold")
     colors = {
         "healthy": "green",
@@ -90,6 +90,7 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
         "failed": "red",
         "denied": "red",
         "stopped": "dim",
+        "blocked": "yellow",
     }
     for r in rows:
         ready = r["timings"].get("to_token")
@@ -101,7 +102,7 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
             ",".join(r["hosts"]),
             f"{ready:.1f} s" if ready else "",
             " ".join(v for k, v in r.get("evidence", {}).items() if k in {"pp", "tg"}),
-            (r["last_error"] or "")[:160],
+            (r["last_error"] or drift_text(r.get("drift")))[:160],
         )
     console.print(table)
 

@@ -16,11 +16,12 @@ from typing import Any, Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from reconciler import __version__ as _version
+from reconciler.plan.health import LaneHealth
 
-HEALTHS = ("healthy", "progressing", "degraded", "failed", "denied", "stopped")
+HEALTHS = tuple(h.value for h in LaneHealth)
 """Every health a lane can have (`lanes status`); each is always exported, 0 when no lane has it."""
 
-APPLIED = frozenset({"applied", "stopped"})
+APPLIED = frozenset({"applied", "verified", "stopped"})
 FAILED = frozenset({"failed", "rolled-back"})
 TRANSACTIONS = APPLIED | FAILED
 """Results that touched hosts. `noop`, `denied` and `blocked` repeat every cycle a lane stays so: not counted."""

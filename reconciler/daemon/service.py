@@ -48,7 +48,7 @@ from reconciler.transport.ssh import SSHTransport
 
 log = structlog.get_logger("lanes.daemon")
 JOB_TIMEOUT_S = 600.0
-FORCED = frozenset({"resync", "start", "reload", "retry", "store-retry", "blocked-retry"})
+FORCED = frozenset({"resync", "start", "reload", "retry", "store-retry", "blocked-retry", "spec-retry"})
 """Reasons that reconcile even when the head did not move (the hosts or the daemon's footing may have)."""
 UPSTREAM_TIMEOUT_S = 3600.0  # a trial loads a model on spare hosts: tens of minutes on a Spark
 
@@ -196,6 +196,7 @@ class Daemon:
             return  # records of this cycle are held: the head is reconciled again once they are written
         self.last_head = head
         self._retry_blocked()
+        self._retry_specs()
         self.set_phase(f"idle at {head[:12]}: {outcome}")
 
     def _store_ready(self) -> bool:
@@ -224,6 +225,16 @@ class Daemon:
         delay = self.backoff.next()
         log.info("cycle.blocked", lanes=sorted(self.decider.blocked), retry_in_s=round(delay, 1))
         self.retries.later("blocked-retry", delay)
+
+    def _retry_specs(self) -> None:
+        """A spec that failed on a passing fault is tried again when its backoff ends, not at the next resync."""
+        due = [at for _, at in self.store.retry_schedule().values()]
+        if not due:
+            self.retries.cancel("spec-retry")
+            return
+        delay = max(0.5, min(due) - time.time())
+        log.info("cycle.spec_retry", retry_in_s=round(delay, 1))
+        self.retries.later("spec-retry", delay)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()

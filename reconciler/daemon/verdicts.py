@@ -21,6 +21,8 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.errors import InputError, LanesError
 from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, Reconciler
+from reconciler.execute.results import Result
+from reconciler.plan.steps import Cause
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.source.mirror import Mirror
 from reconciler.source.notes import write_verdict_note
@@ -84,7 +86,13 @@ class CommitDecider:
             result = await self.reconciler.run_cycle(loaded, progress=log_progress)
             outcome = self._outcome(result)
             self.metrics.record_cycle(time.monotonic() - t0, result.results)
-            self.blocked = {r.lane: r.error or "blocked" for r in result.results if r.result == "blocked"}
+            # Only what another reconciler or a host holds up is looked at again soon; a condemned spec
+            # waits for a change, and a spec in backoff for its own time (the service schedules both).
+            self.blocked = {
+                r.lane: r.error or "blocked"
+                for r in result.results
+                if r.result == Result.BLOCKED and r.cause in {Cause.LEASE_HELD, Cause.UNREACHABLE}
+            }
             for lane, why in sorted(self.blocked.items()):
                 log.info("lane.blocked", lane=lane, reason=why)
             self.metrics.blocked.set(len(self.blocked))

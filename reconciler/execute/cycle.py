@@ -6,15 +6,17 @@ what a person sees with `lanes plan` is what the daemon would do.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from reconciler.execute.apply import Executor, ExecutorConfig, LaneResult, ProgressFn
 from reconciler.execute.hostops import HostOps
+from reconciler.execute.results import SETTLED
 from reconciler.execute.secrets import SecretStore
 from reconciler.facts.observed import ObservedFleet
 from reconciler.observe.probe import lease_file, observe
-from reconciler.plan import Plan, PlanOptions, plan
+from reconciler.plan import Plan, PlanOptions, plan_fleet
 from reconciler.policy import Verdict, evaluate
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
@@ -53,7 +55,7 @@ class CycleResult:
 
     @property
     def ok(self) -> bool:
-        return all(r.result in {"applied", "stopped", "noop"} for r in self.results)
+        return all(r.result in SETTLED for r in self.results)
 
 
 def targets_for(desired: DesiredState, overrides: Mapping[str, HostOverride]) -> dict[str, HostTarget]:
@@ -93,9 +95,12 @@ class Reconciler:
             owner=self.settings.owner,
             drop_caches=self.settings.drop_caches,
             failed=self.store.failed_fingerprints(),
+            ready=self.store.ready_fingerprints(),
+            retry_at=self.store.retry_schedule(),
+            clock=time.time(),
             only_lanes=only_lanes,
         )
-        return verdict, observed, plan(desired, observed, verdict, options), targets
+        return verdict, observed, plan_fleet(desired, observed, verdict, options), targets
 
     async def run_cycle(
         self,
@@ -105,8 +110,8 @@ class Reconciler:
         only_lanes: frozenset[str] | None = None,
         progress: ProgressFn | None = None,
     ) -> CycleResult:
-        verdict, observed, the_plan, targets = await self.observe_and_plan(loaded, only_lanes)
-        result = CycleResult(loaded.commit, verdict, observed, the_plan)
+        verdict, observed, fleet_plan, targets = await self.observe_and_plan(loaded, only_lanes)
+        result = CycleResult(loaded.commit, verdict, observed, fleet_plan)
         if not apply:
             return result
         ops = HostOps(
@@ -123,5 +128,5 @@ class Reconciler:
             ),
             progress,
         )
-        result.results = await executor.apply(the_plan, loaded.desired, lease_file(loaded.desired))
+        result.results = await executor.apply(fleet_plan, loaded.desired, lease_file(loaded.desired))
         return result

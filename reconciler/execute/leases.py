@@ -20,56 +20,59 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from reconciler.errors import LanesError
+from reconciler.errors import LanesError, StepFailedError
 from reconciler.execute.hostops import HostOps, LeaseHeldError
-from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent, ProgressFn, StepFailedError
-from reconciler.plan.steps import LanePlan
-from reconciler.store.journal import LaneRecord, Store
+from reconciler.execute.results import ProgressEvent, ProgressFn
 
 
 class LeaseBlockedError(StepFailedError):
     """Another reconciler holds one of the lane's hosts: nothing was touched, try again later."""
 
     def __init__(self, held: LeaseHeldError) -> None:
-        super().__init__("lease", str(held), touched=False)
+        super().__init__("lease", str(held), touched=False, transient=True, delay_s=held.delay_s)
         self.holder = held.holder
         self.host = held.host
 
 
-class LeaseMixin:
-    ops: HostOps
-    store: Store
-    config: ExecutorConfig
-    progress: ProgressFn
-    _renewals: dict[str, asyncio.Task[None]]
+class Leases:
+    """The leases this executor holds, and the tasks that renew them, across its concurrent lanes."""
 
-    async def _lease(self, hosts: tuple[str, ...], lease_file: str, leased: list[str], lane: str = "") -> None:
+    def __init__(self, ops: HostOps, lease_file: str, owner: str, ttl_s: int, progress: ProgressFn) -> None:
+        self.ops = ops
+        self.lease_file = lease_file
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self.progress = progress
+        self._renewals: dict[str, asyncio.Task[None]] = {}
+
+    async def take(self, hosts: tuple[str, ...], held: list[str], lane: str) -> None:
+        """Take every host's lease in name order, appending each to `held` as it is taken."""
         for host in sorted(hosts):
             try:
-                await self.ops.acquire_lease(host, lease_file, self.config.owner, self.config.lease_ttl_s)
+                await self.ops.acquire_lease(host, self.lease_file, self.owner, self.ttl_s)
             except LeaseHeldError as exc:
                 raise LeaseBlockedError(exc) from exc
             except LanesError as exc:
-                raise StepFailedError("lease", str(exc), touched=False) from exc
-            leased.append(host)
-            self._keep_alive(host, lease_file, lane)
+                raise StepFailedError.wrap("lease", [exc], touched=False) from exc
+            held.append(host)
+            self._keep_alive(host, lane)
 
-    async def _release(self, hosts: list[str], lease_file: str) -> None:
-        await self._stop_renewals(hosts)
-        await asyncio.gather(*(self.ops.release_lease(h, lease_file, self.config.owner) for h in hosts))
+    async def give_back(self, hosts: list[str]) -> None:
+        await self.stop_renewals(hosts)
+        await asyncio.gather(*(self.ops.release_lease(h, self.lease_file, self.owner) for h in hosts))
 
-    def _keep_alive(self, host: str, lease_file: str, lane: str) -> None:
+    def _keep_alive(self, host: str, lane: str) -> None:
         old = self._renewals.pop(host, None)
         if old is not None:
             old.cancel()
-        self._renewals[host] = asyncio.create_task(self._renew(host, lease_file, lane))
+        self._renewals[host] = asyncio.create_task(self._renew(host, lane))
 
-    async def _renew(self, host: str, lease_file: str, lane: str) -> None:
-        interval = max(1.0, self.config.lease_ttl_s / 3)
+    async def _renew(self, host: str, lane: str) -> None:
+        interval = max(1.0, self.ttl_s / 3)
         while True:
             await asyncio.sleep(interval)
             try:
-                await self.ops.acquire_lease(host, lease_file, self.config.owner, self.config.lease_ttl_s)
+                await self.ops.acquire_lease(host, self.lease_file, self.owner, self.ttl_s)
             except LeaseHeldError as exc:
                 # Only if this reconciler stalled past the expiry: say so, the transaction's own steps decide.
                 self.progress(ProgressEvent(lane, "lease", "failed", f"lease on {host} lost: {exc}"))
@@ -77,7 +80,7 @@ class LeaseMixin:
             except LanesError:
                 continue  # an unreachable host: the lease still runs; try again at the next interval
 
-    async def _stop_renewals(self, hosts: list[str] | None = None) -> None:
+    async def stop_renewals(self, hosts: list[str] | None = None) -> None:
         names = list(self._renewals) if hosts is None else [h for h in hosts if h in self._renewals]
         tasks = [self._renewals.pop(h) for h in names]
         for task in tasks:
@@ -85,13 +88,3 @@ class LeaseMixin:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    async def _lease_blocked(
-        self, lp: LanePlan, exc: LeaseBlockedError, before: LaneRecord | None, leased: list[str], lease_file: str
-    ) -> LaneResult:
-        """Someone else holds a host: give back what was taken, keep the lane's health, say who holds it."""
-        await self._release(leased, lease_file)
-        health = before.health if before is not None else ("stopped" if lp.action == "stop" else "progressing")
-        self.store.update_lane(lp.lane, health=health, last_error=str(exc), desired_commit=lp.commit)
-        self.progress(ProgressEvent(lp.lane, "lease", "info", f"blocked: {exc}"))
-        return LaneResult(lp.lane, lp.action, "blocked", str(exc))

@@ -46,7 +46,7 @@ async def _port_open(address: str, port: int, timeout: float) -> bool:
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     """One TLS context for every gate's client.
 
     Engines answer plain HTTP, but each new httpx client would otherwise load
@@ -93,7 +93,7 @@ async def wait_ready(
             await asyncio.sleep(poll)
 
     http_timeout = httpx.Timeout(10.0, read=max(30.0, health.completion_timeout_s))
-    async with httpx.AsyncClient(timeout=http_timeout, verify=_tls_context()) as client:
+    async with httpx.AsyncClient(timeout=http_timeout, verify=tls_context()) as client:
 
         async def port_probe() -> bool | str:
             return True if await _port_open(address, port, 2.0) else f"port {port} closed"

@@ -1,12 +1,15 @@
-"""What a lane transaction reports: progress events, results, settings, the step failure.
+"""What a lane transaction reports: progress events, typed results, settings.
 
-Shared by the transaction (apply) and its rollback, and read by the CLI and the daemon.
+Shared by the transaction, its gate and rollback, and read by the CLI and the daemon.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+from reconciler.plan.steps import Cause
 
 
 @dataclass(frozen=True)
@@ -20,14 +23,33 @@ class ProgressEvent:
 ProgressFn = Callable[[ProgressEvent], None]
 
 
+class Result(StrEnum):
+    """How a lane ended this cycle (a StrEnum: it compares and serialises as its value)."""
+
+    APPLIED = "applied"
+    VERIFIED = "verified"
+    STOPPED = "stopped"
+    ROLLED_BACK = "rolled-back"
+    FAILED = "failed"
+    DENIED = "denied"
+    BLOCKED = "blocked"
+    NOOP = "noop"
+
+
+SETTLED = frozenset({Result.APPLIED, Result.VERIFIED, Result.STOPPED, Result.NOOP})
+"""Results after which the lane is where its commit wants it."""
+
+
 @dataclass
 class LaneResult:
     lane: str
     action: str
-    result: str  # applied | stopped | rolled-back | failed | denied | blocked | noop
+    result: Result
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
+    cause: Cause | None = None
+    """Why the lane was planned as it was (the plan's cause)."""
 
 
 @dataclass(frozen=True)
@@ -36,12 +58,5 @@ class ExecutorConfig:
     lease_ttl_s: int = 900
     log_tail: int = 50
     watch_interval_s: float = 5.0
-
-
-class StepFailedError(Exception):
-    """A step of a transaction failed; `touched` says whether old ranks were already stopped."""
-
-    def __init__(self, step: str, message: str, *, touched: bool) -> None:
-        super().__init__(message)
-        self.step = step
-        self.touched = touched  # whether old ranks were already stopped
+    assess_timeout_s: float = 5.0
+    """How long an in-sync lane's engine gets to answer its health check at a resync."""

@@ -12,13 +12,16 @@ all of its ranks rather than patching one.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from reconciler.engines import ContainerSpec, render_lane, start_groups
+from reconciler.engines import ContainerSpec, start_groups
 from reconciler.facts.observed import ObservedContainer, ObservedFleet
 from reconciler.plan.steps import (
     AcquireLeases,
+    Cause,
+    Drift,
+    DriftKind,
     DropCaches,
     HostContainer,
     LanePlan,
@@ -43,32 +46,54 @@ class PlanOptions:
     """Lease owner of this reconciler; a lease held by another owner blocks a lane."""
     drop_caches: bool = False
     failed: Mapping[str, str] = field(default_factory=dict)
-    """lane -> fingerprint that failed its readiness gate: not retried until it changes or `lanes retry`."""
+    """lane -> fingerprint condemned (a permanent failure): not retried until it changes or `lanes retry`."""
+    ready: Mapping[str, str] = field(default_factory=dict)
+    """lane -> fingerprint whose readiness was observed (its gate passed): in sync with it is a noop."""
+    retry_at: Mapping[str, tuple[str, float]] = field(default_factory=dict)
+    """lane -> (fingerprint, epoch seconds): a spec that failed transiently is not tried before then."""
+    clock: float = 0.0
+    """The control node's time (epoch seconds), for `retry_at`."""
     only_lanes: frozenset[str] | None = None
     now: float | None = None
     """Clock for lease expiry; None takes each probe's own time."""
 
 
-def fingerprint(specs: list[tuple[str, ContainerSpec]]) -> str:
+def fingerprint(specs: Sequence[tuple[str, ContainerSpec]]) -> str:
     digest = hashlib.sha256()
     for host, spec in specs:
         digest.update(f"{host}\0{spec.name}\0{spec.spec_hash}\n".encode())
     return digest.hexdigest()[:16]
 
 
-def plan(desired: DesiredState, observed: ObservedFleet, verdict: Verdict, options: PlanOptions | None = None) -> Plan:
+def plan_fleet(
+    desired: DesiredState, observed: ObservedFleet, verdict: Verdict, options: PlanOptions | None = None
+) -> Plan:
     opts = options or PlanOptions()
     names = sorted(set(desired.lanes) | observed.lanes())
     if opts.only_lanes is not None:
         names = [n for n in names if n in opts.only_lanes]
-    lane_plans = [_plan_lane(name, desired, observed, verdict, opts) for name in names]
+    lane_plans = [_plan_lane_safely(name, desired, observed, verdict, opts) for name in names]
     # Stops first: a lane moving onto hosts another lane leaves needs them free.
     lane_plans.sort(key=lambda lp: (lp.action != "stop", lp.lane))
     return Plan(commit=desired.commit, lanes=tuple(lane_plans))
 
 
-FAILED_BEFORE = "failed its readiness gate before"
-"""How a lane held back after its spec failed is described (the executor keeps the cause beside it)."""
+def _plan_lane_safely(
+    name: str, desired: DesiredState, observed: ObservedFleet, verdict: Verdict, opts: PlanOptions
+) -> LanePlan:
+    """One lane's plan; a fault in planning it costs that lane only (it is held, the others go on)."""
+    try:
+        return _plan_lane(name, desired, observed, verdict, opts)
+    except Exception as exc:  # a planner bug must not stop the other lanes
+        lane = desired.lanes.get(name)
+        return LanePlan(
+            name,
+            "blocked",
+            f"lanes could not plan this lane ({type(exc).__name__}: {exc}); nothing was changed",
+            hosts=lane.hosts if lane else (),
+            commit=desired.commit,
+            cause=Cause.INTERNAL_ERROR,
+        )
 
 
 def _plan_lane(
@@ -78,102 +103,101 @@ def _plan_lane(
     current = observed.containers_of_lane(name)
     if lane is None or not lane.running:
         return _plan_stop(name, lane, current, observed, desired.commit)
-    if name in verdict.denied_lanes:
+    base = LanePlan(name, "noop", "", hosts=lane.hosts, commit=desired.commit)
+    if name in verdict.denied_lanes or name not in verdict.rendered:
         reasons = "; ".join(f"{v.rule}: {v.message}" for v in verdict.lane_violations(name) if v.severity == "deny")
-        return LanePlan(name, "denied", f"denied by policy: {reasons}", hosts=lane.hosts, commit=desired.commit)
+        why = f"denied by policy: {reasons or 'not rendered'}"
+        return replace(base, action="denied", reason=why, cause=Cause.DENIED)
     unreachable = [h for h in _hosts_involved(lane, current) if not _reachable(observed, h)]
     if unreachable:
         reasons = "; ".join(f"{h}: {_host_error(observed, h)}" for h in unreachable)
         # "unreachable" covers a refused login or host key too: lanes cannot act there until a person fixes it.
-        return LanePlan(name, "blocked", f"host(s) unreachable — {reasons}", hosts=lane.hosts, commit=desired.commit)
-    specs = _render(lane, desired)
+        return replace(base, action="blocked", reason=f"host(s) unreachable — {reasons}", cause=Cause.UNREACHABLE)
+    specs = verdict.rendered[name]
     fp = fingerprint(specs)
+    with_specs = replace(base, fingerprint=fp, specs=tuple(specs))
     squatters = _squatters(lane, observed)
-    if _in_sync(specs, current) and not squatters:
-        return LanePlan(
-            name, "noop", "in sync", fingerprint=fp, specs=tuple(specs), hosts=lane.hosts, commit=desired.commit
-        )
+    in_sync = _in_sync(specs, current) and not squatters
+    if in_sync and opts.ready.get(name) == fp:
+        return replace(with_specs, reason="in sync")
     if opts.failed.get(name) == fp:
-        return LanePlan(
-            name,
-            "blocked",
-            f"this spec ({fp}) {FAILED_BEFORE}; not retried until the lane changes or `lanes retry {name}`",
-            fingerprint=fp,
-            specs=tuple(specs),
-            hosts=lane.hosts,
-            commit=desired.commit,
-        )
+        why = f"this spec ({fp}) {FAILED_BEFORE}; not retried until the lane changes or `lanes retry {name}`"
+        return replace(with_specs, action="blocked", reason=why, cause=Cause.CONDEMNED)
+    due = opts.retry_at.get(name)
+    if due is not None and due[0] == fp and opts.clock < due[1]:
+        wait = due[1] - opts.clock
+        why = f"this spec ({fp}) failed on a passing fault; tried again in {wait:.0f} s"
+        return replace(with_specs, action="blocked", reason=why, cause=Cause.BACKOFF)
+    involved = _hosts_involved(lane, current)
+    held = _lease_held(involved, observed, opts)
+    if held is not None:
+        return replace(with_specs, action="blocked", reason=held, cause=Cause.LEASE_HELD)
+    if in_sync:
+        # The ranks run the desired spec, but no gate ever saw it ready (a daemon killed during the
+        # wait, a journal started afresh): containers running is not an engine serving.
+        steps: tuple[Step, ...] = (AcquireLeases(involved), WaitReady(lane.hosts[0], lane.port, lane.served_name))
+        why = "the ranks run this spec but its readiness was never observed: gating it again"
+        return replace(with_specs, action="verify", reason=why, steps=steps, cause=Cause.UNVERIFIED)
     model = desired.models[lane.model]
     for host in lane.hosts:
         presence = observed.hosts[host].models.get(model.path)
         if presence is None or not presence.exists:
-            return LanePlan(
-                name,
-                "fail",
-                f"model path {model.path} is missing on {host}; nothing was stopped",
-                fingerprint=fp,
-                specs=tuple(specs),
-                hosts=lane.hosts,
-                commit=desired.commit,
-            )
-    involved = _hosts_involved(lane, current)
-    for host in involved:
-        lease = observed.hosts[host].lease
-        now = opts.now if opts.now is not None else (observed.hosts[host].probed_at or 0.0)
-        if lease is not None and lease.held_by_other(opts.owner, now):
-            return LanePlan(
-                name,
-                "blocked",
-                f"{host} is leased by {lease.owner} until {lease.expires:.0f}",
-                fingerprint=fp,
-                specs=tuple(specs),
-                hosts=lane.hosts,
-                commit=desired.commit,
-            )
-    reason = _drift_reason(specs, current, squatters)
-    steps: list[Step] = [AcquireLeases(involved)]
-    steps.append(PullImages(tuple((host, spec.image) for host, spec in specs)))
+            why = f"model path {model.path} is missing on {host}; nothing was stopped"
+            return replace(with_specs, action="fail", reason=why, cause=Cause.MODEL_MISSING)
+    drift = _drift(specs, current, squatters, lane.port)
+    cause = _cause(current, drift)
+    reason = _reason(cause, drift)
+    steps_list: list[Step] = [AcquireLeases(involved)]
+    steps_list.append(PullImages(tuple((host, spec.image) for host, spec in specs)))
     env_files = tuple(
         (host, spec.env_file, tuple((s.env, s.name) for s in lane.secrets))
         for host, spec in specs
         if spec.env_file and lane.secrets
     )
     if env_files:
-        steps.append(WriteEnvFiles(env_files))
+        steps_list.append(WriteEnvFiles(env_files))
     old = tuple(HostContainer(host, c.name) for host, c in current)
     if old:
-        steps.append(StopContainers(old, "replaced by the new spec"))
+        stop_why = "replaced by the new spec" if cause == Cause.SPEC_CHANGED else f"redeployed: {reason}"
+        steps_list.append(StopContainers(old, stop_why))
     if squatters:
-        steps.append(StopContainers(squatters, f"unmanaged container on port {lane.port}"))
+        steps_list.append(StopContainers(squatters, f"unmanaged container on port {lane.port}"))
     if opts.drop_caches:
-        steps.append(DropCaches(lane.hosts))
+        steps_list.append(DropCaches(lane.hosts))
     by_rank = dict(enumerate(specs))
-    steps.extend(StartRanks(tuple(by_rank[r] for r in group)) for group in start_groups(lane))
-    head_host = lane.hosts[0]
-    steps.append(WaitReady(head_host, lane.port, lane.served_name))
-    return LanePlan(name, "deploy", reason, tuple(steps), fp, tuple(specs), lane.hosts, desired.commit)
+    steps_list.extend(StartRanks(tuple(by_rank[r] for r in group)) for group in start_groups(lane))
+    steps_list.append(WaitReady(lane.hosts[0], lane.port, lane.served_name))
+    return replace(with_specs, action="deploy", reason=reason, steps=tuple(steps_list), cause=cause, drift=drift)
+
+
+FAILED_BEFORE = "failed its readiness gate before"
+"""How a lane held back after its spec failed is described (the executor keeps the cause beside it)."""
+
+
+def _lease_held(involved: tuple[str, ...], observed: ObservedFleet, opts: PlanOptions) -> str | None:
+    for host in involved:
+        lease = observed.hosts[host].lease
+        now = opts.now if opts.now is not None else (observed.hosts[host].probed_at or 0.0)
+        if lease is not None and lease.held_by_other(opts.owner, now):
+            return f"{host} is leased by {lease.owner} until {lease.expires:.0f}"
+    return None
 
 
 def _plan_stop(
     name: str, lane: Lane | None, current: list[tuple[str, ObservedContainer]], observed: ObservedFleet, commit: str
 ) -> LanePlan:
     if not current:
-        return LanePlan(name, "noop", "stopped", commit=commit)
+        return LanePlan(name, "noop", "stopped", commit=commit, cause=Cause.NOTHING_RUNS)
     reachable = tuple(HostContainer(h, c.name) for h, c in current if _reachable(observed, h))
     unreachable = sorted({h for h, _ in current if not _reachable(observed, h)})
     why = "lane is stopped" if lane is not None else "lane was removed from the state"
+    cause = Cause.LANE_STOPPED if lane is not None else Cause.LANE_REMOVED
     reason = why + (f"; unreachable, stopped later: {', '.join(unreachable)}" if unreachable else "")
     if not reachable:
-        return LanePlan(name, "blocked", reason, commit=commit)
+        return LanePlan(name, "blocked", reason, commit=commit, cause=Cause.UNREACHABLE)
     hosts = tuple(sorted({c.host for c in reachable}))
-    return LanePlan(
-        name, "stop", reason, (AcquireLeases(hosts), StopContainers(reachable, why)), commit=commit, hosts=hosts
-    )
-
-
-def _render(lane: Lane, desired: DesiredState) -> list[tuple[str, ContainerSpec]]:
-    specs = render_lane(lane, desired.models[lane.model], desired.fleet, desired.hosts, desired.commit)
-    return [(lane.hosts[i], spec) for i, spec in enumerate(specs)]
+    steps = (AcquireLeases(hosts), StopContainers(reachable, why))
+    return LanePlan(name, "stop", reason, steps, commit=commit, hosts=hosts, cause=cause)
 
 
 def _hosts_involved(lane: Lane, current: list[tuple[str, ObservedContainer]]) -> tuple[str, ...]:
@@ -197,7 +221,7 @@ def _host_error(observed: ObservedFleet, host: str) -> str:
     return (h.error or "no answer").removeprefix(f"{host}: ")
 
 
-def _in_sync(specs: list[tuple[str, ContainerSpec]], current: list[tuple[str, ObservedContainer]]) -> bool:
+def _in_sync(specs: Sequence[tuple[str, ContainerSpec]], current: list[tuple[str, ObservedContainer]]) -> bool:
     want = {(host, spec.name, spec.spec_hash) for host, spec in specs}
     have = {(host, c.name, c.spec_hash) for host, c in current if c.running}
     return want == have and len(current) == len(specs)
@@ -215,23 +239,47 @@ def _squatters(lane: Lane, observed: ObservedFleet) -> tuple[HostContainer, ...]
     return tuple(out)
 
 
-def _drift_reason(
-    specs: list[tuple[str, ContainerSpec]],
+def _drift(
+    specs: Sequence[tuple[str, ContainerSpec]],
     current: list[tuple[str, ObservedContainer]],
     squatters: tuple[HostContainer, ...],
-) -> str:
-    if not current:
-        return "not running: first deploy" if not squatters else "port taken by an unmanaged container"
+    port: int,
+) -> tuple[Drift, ...]:
+    """Every difference between what runs and the desired ranks, rank by rank."""
     have = {(host, c.name): c for host, c in current}
+    out: list[Drift] = []
     for host, spec in specs:
         c = have.get((host, spec.name))
         if c is None:
-            return f"{spec.name} missing on {host}"
-        if c.spec_hash != spec.spec_hash:
-            return f"{spec.name} on {host} runs spec {c.spec_hash}, want {spec.spec_hash}"
-        if not c.running:
-            return f"{spec.name} on {host} is {c.state}"
-    extra = [f"{c.name}@{h}" for h, c in current if (h, c.name) not in {(h2, s.name) for h2, s in specs}]
-    if extra:
-        return f"containers no longer wanted: {', '.join(extra)}"
-    return "port taken by an unmanaged container" if squatters else "drift"
+            out.append(Drift(DriftKind.MISSING, host, spec.name))
+        elif c.spec_hash != spec.spec_hash:
+            if c.image != spec.image:
+                out.append(Drift(DriftKind.OTHER_IMAGE, host, spec.name, f"{c.image}, want {spec.image}"))
+            else:
+                out.append(Drift(DriftKind.OTHER_SPEC, host, spec.name, f"spec {c.spec_hash}, want {spec.spec_hash}"))
+        elif not c.running:
+            exit_code = f", exit code {c.exit_code}" if c.exit_code is not None else ""
+            out.append(Drift(DriftKind.STOPPED, host, spec.name, f"{c.state}{exit_code}"))
+    wanted = {(h, s.name) for h, s in specs}
+    out.extend(Drift(DriftKind.UNWANTED, h, c.name) for h, c in current if (h, c.name) not in wanted)
+    out.extend(Drift(DriftKind.UNMANAGED_ON_PORT, sq.host, sq.name, str(port)) for sq in squatters)
+    return tuple(out)
+
+
+def _reason(cause: Cause, drift: tuple[Drift, ...]) -> str:
+    if cause == Cause.FIRST_DEPLOY:
+        return "not running: first deploy"
+    if cause == Cause.SPEC_CHANGED:
+        # Every rank differs the same way after a commit: one is said, the count gives the rest.
+        more = f" (and {len(drift) - 1} more rank(s))" if len(drift) > 1 else ""
+        return f"the spec changed: {drift[0].describe()}{more}"
+    return "; ".join(d.describe() for d in drift)
+
+
+def _cause(current: list[tuple[str, ObservedContainer]], drift: tuple[Drift, ...]) -> Cause:
+    """A first deploy, a changed spec (every difference is another spec or image), or drift to repair."""
+    if not current:
+        return Cause.FIRST_DEPLOY
+    if drift and all(d.kind in {DriftKind.OTHER_SPEC, DriftKind.OTHER_IMAGE} for d in drift):
+        return Cause.SPEC_CHANGED
+    return Cause.DRIFT

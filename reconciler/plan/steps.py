@@ -8,12 +8,69 @@ the state an applied plan produced gives no steps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from reconciler.engines import ContainerSpec
 
-LaneAction = Literal["deploy", "stop", "noop", "denied", "blocked", "fail"]
-"""`blocked`: cannot act now (host unreachable, leased); `fail`: cannot work as written (model missing)."""
+LaneAction = Literal["deploy", "verify", "stop", "noop", "denied", "blocked", "fail"]
+"""`verify`: the desired ranks run but their readiness was never observed, so they are gated again;
+`blocked`: cannot act now (host unreachable, leased, a retry pending); `fail`: cannot work as written."""
+
+
+class Cause(StrEnum):
+    """Why a lane is planned as it is: the typed reason beside the sentence for people."""
+
+    IN_SYNC = "in-sync"
+    NOTHING_RUNS = "nothing-runs"
+    FIRST_DEPLOY = "first-deploy"
+    SPEC_CHANGED = "spec-changed"
+    DRIFT = "drift"
+    UNVERIFIED = "unverified"
+    LANE_STOPPED = "lane-stopped"
+    LANE_REMOVED = "lane-removed"
+    DENIED = "denied"
+    UNREACHABLE = "unreachable"
+    LEASE_HELD = "lease-held"
+    CONDEMNED = "condemned"
+    BACKOFF = "backoff"
+    MODEL_MISSING = "model-missing"
+    INTERNAL_ERROR = "internal-error"
+
+
+class DriftKind(StrEnum):
+    """How one rank on one host differs from the desired spec."""
+
+    MISSING = "missing"
+    STOPPED = "stopped"
+    OTHER_SPEC = "other-spec"
+    OTHER_IMAGE = "other-image"
+    UNWANTED = "unwanted"
+    UNMANAGED_ON_PORT = "unmanaged-on-port"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One difference between what runs and what should, named so a person can find it on the host."""
+
+    kind: DriftKind
+    host: str
+    container: str
+    detail: str = ""
+
+    def describe(self) -> str:
+        what = {
+            DriftKind.MISSING: "missing",
+            DriftKind.STOPPED: f"not running ({self.detail})",
+            DriftKind.OTHER_SPEC: f"runs another spec ({self.detail})",
+            DriftKind.OTHER_IMAGE: f"runs another image ({self.detail})",
+            DriftKind.UNWANTED: "no longer wanted",
+            DriftKind.UNMANAGED_ON_PORT: f"is not lanes' and holds the lane's port {self.detail}",
+        }[self.kind]
+        return f"{self.container} {what} on {self.host}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "host": self.host, "container": self.container, "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -110,6 +167,9 @@ class LanePlan:
     specs: tuple[tuple[str, ContainerSpec], ...] = ()
     hosts: tuple[str, ...] = ()
     commit: str = ""
+    cause: Cause = Cause.IN_SYNC
+    drift: tuple[Drift, ...] = ()
+    """What differed on the hosts, when the lane is redeployed to repair drift."""
 
     @property
     def changes(self) -> bool:

@@ -19,6 +19,8 @@ from reconciler.policy.hardware import capacities
 from reconciler.policy.rules.known_issues import check_known_issues
 from reconciler.policy.rules.memory import check_boot_utilization, check_memory_budget
 from reconciler.policy.rules.pins import check_image_digest, check_model_revision
+from reconciler.policy.rules.render import RULE as RENDER_RULE
+from reconciler.policy.rules.render import render_lanes
 from reconciler.policy.rules.secrets import check_secrets
 from reconciler.policy.rules.sharing import check_host_sharing, check_name_clash, check_port_clash
 from reconciler.policy.rules.topology import check_topology
@@ -42,7 +44,7 @@ RULES: dict[str, Rule] = {
 
 assert set(RULES) | {"memory-budget"} == set(RULE_PARAMS)
 
-RULE_ORDER = {name: index for index, name in enumerate(["memory-budget", *RULES, "policy-config"])}
+RULE_ORDER = {name: index for index, name in enumerate([RENDER_RULE, "memory-budget", *RULES, "policy-config"])}
 
 
 def _plans(ctx: Context, settings: Settings) -> dict[str, LaneBudget]:
@@ -89,6 +91,8 @@ def evaluate(desired: DesiredState, policies: PolicySet) -> Verdict:
                 detail={"missing_rule": name},
             )
         )
+    rendered, render_findings = render_lanes(desired)
+    ctx.violations.extend(render_findings)
     memory = settings.get("memory-budget")
     if memory is not None:
         check_memory_budget(ctx, memory, plans)
@@ -102,4 +106,5 @@ def evaluate(desired: DesiredState, policies: PolicySet) -> Verdict:
         commit=desired.commit,
         violations=tuple(sorted(ctx.violations, key=_sort_key)),
         budgets=tuple(budgets),
+        rendered=rendered,
     )

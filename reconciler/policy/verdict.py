@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from reconciler.engines import ContainerSpec
+
 Severity = Literal["deny", "warn"]
 DetailValue = float | int | str | bool
 GIB = 1 << 30
@@ -97,6 +99,8 @@ class Verdict:
     commit: str
     violations: tuple[Violation, ...]
     budgets: tuple[RankBudget, ...] = ()
+    rendered: Mapping[str, tuple[tuple[str, ContainerSpec], ...]] = field(default_factory=dict)
+    """(host, container spec) of each rank of every lane that renders (the `render` rule)."""
 
     @property
     def ok(self) -> bool:

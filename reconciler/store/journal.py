@@ -47,7 +47,23 @@ LANE_COLUMNS = (
     "updated",
     "timings",
     "evidence",
+    "retry_at",
+    "transient_failures",
+    "drift",
+    "healthy_gate",
+    "retry_fingerprint",
 )
+
+ADDED_LANE_COLUMNS: dict[str, type] = {
+    "evidence": str,
+    "retry_at": float,
+    "transient_failures": int,
+    "drift": str,
+    "healthy_gate": str,
+}
+"""Columns added after the first release, with their types: an older journal gets them on open."""
+ADDED_APPLY_COLUMNS: dict[str, type] = {"cause": str, "drift": str}
+JSON_LANE_FIELDS = frozenset({"hosts", "healthy_specs", "timings", "evidence", "drift", "healthy_gate"})
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,16 @@ class LaneRecord:
     timings: dict[str, float]
     evidence: dict[str, Any]
     """The latest evidence headline: pp, tg, file, commit, regression."""
+    retry_at: float | None = None
+    """When `retry_fingerprint`, which failed on a passing fault, may be tried again (epoch s)."""
+    transient_failures: int = 0
+    """Transient failures of the current desired spec in a row (reset when it changes or passes its gate)."""
+    drift: dict[str, Any] | None = None
+    """The last drift repaired: {"time", "items": [{"kind", "host", "container", "detail"}]}."""
+    healthy_gate: dict[str, Any] | None = None
+    """How to gate the last healthy spec on a rollback: {"host", "port", "served_model"}."""
+    retry_fingerprint: str | None = None
+    """The spec that `retry_at` and `transient_failures` are about."""
 
 
 class Store:
@@ -123,11 +149,16 @@ class Store:
                     "updated": float,
                     "timings": str,
                     "evidence": str,
+                    **ADDED_LANE_COLUMNS,
+                    "retry_fingerprint": str,
                 },
                 pk="name",
             )
-        elif "evidence" not in db.table("lanes").columns_dict:
-            db.table("lanes").add_column("evidence", str)
+        else:
+            have = db.table("lanes").columns_dict
+            for column, kind in {**ADDED_LANE_COLUMNS, "retry_fingerprint": str}.items():
+                if column not in have:
+                    db.table("lanes").add_column(column, kind)
         if "commits" not in db.table_names():
             db.table("commits").create(
                 {"sha": str, "outcome": str, "detail": str, "time": float},
@@ -151,6 +182,10 @@ class Store:
                 pk="id",
             )
             db.table("applies").create_index(["lane", "commit"])
+        have_applies = db.table("applies").columns_dict
+        for column, kind in ADDED_APPLY_COLUMNS.items():
+            if column not in have_applies:
+                db.table("applies").add_column(column, kind)
 
     def _write(self, fn: Callable[[], object]) -> bool:
         """Write now; False when the write is held for later (daemon), TransientError when refused (CLI)."""
@@ -291,6 +326,11 @@ class Store:
             updated=row["updated"] or 0.0,
             timings=json.loads(row["timings"] or "{}"),
             evidence=json.loads(row.get("evidence") or "{}"),
+            retry_at=row["retry_at"],
+            transient_failures=int(row["transient_failures"] or 0),
+            drift=json.loads(row["drift"]) if row["drift"] else None,
+            healthy_gate=json.loads(row["healthy_gate"]) if row["healthy_gate"] else None,
+            retry_fingerprint=row["retry_fingerprint"],
         )
 
     def lanes(self) -> list[LaneRecord]:
@@ -300,8 +340,8 @@ class Store:
     def update_lane(self, name: str, **fields: Any) -> None:
         row: dict[str, Any] = {"name": name, "updated": time.time()}
         for key, value in fields.items():
-            if key in {"hosts", "healthy_specs", "timings", "evidence"}:
-                row[key] = json.dumps(list(value) if key == "hosts" else value, default=str)
+            if key in JSON_LANE_FIELDS:
+                row[key] = None if value is None else json.dumps(list(value) if key == "hosts" else value, default=str)
             else:
                 row[key] = value
         if not self._write(lambda: self.db.table("lanes").upsert(row, pk="name", alter=False)):
@@ -310,11 +350,22 @@ class Store:
     def failed_fingerprints(self) -> dict[str, str]:
         return {r.name: r.failed_fingerprint for r in self.lanes() if r.failed_fingerprint}
 
+    def ready_fingerprints(self) -> dict[str, str]:
+        """lane -> the fingerprint whose readiness was last observed (its gate passed)."""
+        return {r.name: r.fingerprint for r in self.lanes() if r.fingerprint}
+
+    def retry_schedule(self) -> dict[str, tuple[str, float]]:
+        """lane -> (fingerprint, epoch s) for specs waiting out a backoff after a transient failure."""
+        return {
+            r.name: (r.retry_fingerprint, r.retry_at) for r in self.lanes() if r.retry_fingerprint and r.retry_at
+        }
+
     def clear_failed(self, name: str) -> bool:
+        """`lanes retry`: the condemned spec, and any backoff, no longer hold the lane back."""
         rec = self.lane(name)
-        if rec is None or not rec.failed_fingerprint:
+        if rec is None or not (rec.failed_fingerprint or rec.retry_fingerprint):
             return False
-        self.update_lane(name, failed_fingerprint=None)
+        self.update_lane(name, failed_fingerprint=None, retry_at=None, retry_fingerprint=None, transient_failures=0)
         return True
 
     # -- commits ---------------------------------------------------------------
@@ -352,6 +403,9 @@ class Store:
         started: float,
         timings: dict[str, float],
         logs: dict[str, str] | None = None,
+        *,
+        cause: str | None = None,
+        drift: list[dict[str, str]] | None = None,
     ) -> None:
         self._write(
             lambda: self.db.table("applies").insert(
@@ -366,6 +420,8 @@ class Store:
                     "finished": time.time(),
                     "timings": json.dumps(timings),
                     "logs": json.dumps(logs or {}),
+                    "cause": cause,
+                    "drift": json.dumps(drift) if drift else None,
                 }
             )
         )

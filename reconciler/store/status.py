@@ -13,6 +13,17 @@ from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
 
 
+def drift_text(drift: dict[str, Any] | None) -> str:
+    """The last drift repaired, as a person reads it: 'repaired: lanes-x-r2 missing on dgx7'."""
+    if not drift or not drift.get("items"):
+        return ""
+    parts = []
+    for item in drift["items"]:
+        detail = f" ({item['detail']})" if item.get("detail") else ""
+        parts.append(f"{item['container']} {item['kind']} on {item['host']}{detail}")
+    return "repaired: " + "; ".join(parts)
+
+
 def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, Any]]:
     records = {r.name: r for r in store.lanes()}
     names = sorted(set(records) | set(desired.lanes if desired else ()))
@@ -34,6 +45,7 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
                 "timings": rec.timings if rec else {},
                 "evidence": rec.evidence if rec else {},
                 "updated": rec.updated if rec else None,
+                "drift": rec.drift if rec else None,
             }
         )
     return rows

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reconciler.execute import apply as apply_module
+from reconciler.execute import gate as gate_module
 from reconciler.execute.readiness import GateResult, wait_ready
 from reconciler.spec.lane import Health
 from tests.execute.conftest import FAST_HEALTH, World
@@ -74,7 +74,7 @@ async def test_a_transaction_whose_gate_swallows_the_cancel_still_takes_the_shut
         except asyncio.CancelledError:
             return GateResult(False, "health", "ConnectError: All connection attempts failed", {})
 
-    monkeypatch.setattr(apply_module, "wait_ready", gate_that_swallows_cancel)
+    monkeypatch.setattr(gate_module, "wait_ready", gate_that_swallows_cancel)
     slow_health = {**FAST_HEALTH, "ready_timeout_s": 120}
     cycle = asyncio.create_task(world.cycle(with_lane(world.state, PRODUCTION, image=slow, health=slow_health)))
     await asyncio.wait_for(gate_entered.wait(), 30)

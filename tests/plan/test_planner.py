@@ -14,8 +14,8 @@ from reconciler.facts.observed import (
     ObservedHost,
     UnmanagedContainer,
 )
-from reconciler.plan import Plan, PlanOptions, plan
-from reconciler.plan.steps import AcquireLeases, PullImages, StartRanks, StopContainers, WaitReady, WriteEnvFiles
+from reconciler.plan import Plan, PlanOptions, fingerprint, plan_fleet
+from reconciler.plan.steps import AcquireLeases, Cause, PullImages, StartRanks, StopContainers, WaitReady, WriteEnvFiles
 from reconciler.policy import evaluate
 from reconciler.spec.load import DesiredState
 from tests.support.example import (
@@ -84,8 +84,10 @@ def applied_fleet(desired: DesiredState, result: Plan, state: str = "running") -
 
 
 def run(desired: DesiredState, observed: ObservedFleet, **options: object) -> Plan:
+    """Plan as the daemon would once every lane's current spec has passed its gate (unless `ready` is given)."""
     verdict = evaluate(desired, example_policies())
-    return plan(desired, observed, verdict, PlanOptions(owner="me", **options))  # type: ignore[arg-type]
+    options.setdefault("ready", {name: fingerprint(specs) for name, specs in verdict.rendered.items()})
+    return plan_fleet(desired, observed, verdict, PlanOptions(owner="me", **options))  # type: ignore[arg-type]
 
 
 def converge(desired: DesiredState) -> tuple[Plan, ObservedFleet]:
@@ -140,7 +142,8 @@ def test_image_bump_replaces_old_ranks_with_a_new_spec_hash() -> None:
     result = run(bumped, applied)
     lp = result.lane(PRODUCTION)
     assert lp is not None and lp.action == "deploy"
-    assert "runs spec" in lp.reason
+    assert lp.cause == Cause.SPEC_CHANGED
+    assert "runs another image" in lp.reason and NEW_IMAGE in lp.reason
     stop = next(s for s in lp.steps if isinstance(s, StopContainers))
     assert {(c.host, c.name) for c in stop.containers} == {
         (f"dgx{i}", f"lanes-{PRODUCTION}-r{i - 1}") for i in range(1, 5)

@@ -1,0 +1,110 @@
+"""The readiness gate of a lane transaction: the head's stages, with every rank watched meanwhile.
+
+`wait_ready` walks the head's stages (port, /health, /v1/models, a token). While it waits, every
+rank's container is looked at each `watch_interval_s`: a rank that exits ends the wait at once (the
+engine cannot become ready). A rank whose host stops answering twice in a row ends it too, but as a
+host fault, which is transient: the spec is not blamed for a host that rebooted or lost its link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from reconciler.engines import ContainerSpec
+from reconciler.errors import HostFaultError, LanesError, NotReadyError, StepFailedError
+from reconciler.execute.hostops import HostOps
+from reconciler.execute.readiness import GateResult, wait_ready
+from reconciler.plan.steps import WaitReady
+from reconciler.spec.lane import Health
+
+RUNNING_STATES = frozenset({"running", "created"})
+
+
+def _gate_failed(message: str, host_faults: list[str]) -> StepFailedError:
+    """The gate's failure, transient when what ended it was a host that stopped answering."""
+    cause: LanesError = HostFaultError(message) if host_faults else NotReadyError(message)
+    return StepFailedError.wrap("wait-ready", [cause], touched=True)
+
+
+async def gate(
+    ops: HostOps,
+    step: WaitReady,
+    health: Health,
+    ranks: list[tuple[str, ContainerSpec]],
+    timings: dict[str, float],
+    t0: float,
+    watch_interval_s: float,
+) -> None:
+    """Return when the lane serves; raise StepFailedError (touched) when it does not."""
+    died = asyncio.Event()
+    dead: list[str] = []
+    host_faults: list[str] = []
+
+    async def watch() -> None:
+        misses: dict[str, int] = {}
+        while True:
+            await asyncio.sleep(watch_interval_s)
+            states = await asyncio.gather(*(ops.state(h, s.name) for h, s in ranks), return_exceptions=True)
+            for (host, spec), state in zip(ranks, states, strict=True):
+                if isinstance(state, str) and state not in RUNNING_STATES:
+                    dead.append(f"{spec.name}@{host} is {state}")
+                elif isinstance(state, LanesError):
+                    # A rank whose host stops answering is as gone as a rank that exited.
+                    misses[host] = misses.get(host, 0) + 1
+                    if misses[host] >= 2:
+                        dead.append(f"{spec.name}@{host} unreachable: {state}")
+                        host_faults.append(host)
+                else:
+                    misses.pop(host, None)
+            if dead:
+                died.set()
+                return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        result: GateResult = await wait_ready(
+            ops.targets[step.host].address, step.port, step.served_model, health, started=t0, died=died
+        )
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, LanesError):
+            await watcher
+    timings.update({f"to_{k}" if k != "startup_ttft" else k: v for k, v in result.timings.items()})
+    if not result.ok:
+        why = f"{result.error}" + (f" ({'; '.join(dead)})" if dead else "")
+        raise _gate_failed(f"readiness gate failed at stage '{result.stage}': {why}", host_faults)
+    # The head can serve a token while another rank is already gone (its host rebooted or was cut
+    # off between two looks of the watcher): the lane is ready only if every rank still runs.
+    gone, unreachable = await ranks_gone(ops, ranks, watch_interval_s)
+    if gone:
+        message = f"the head became ready but not every rank runs: {'; '.join(gone)}"
+        raise _gate_failed(message, unreachable)
+
+
+async def ranks_gone(
+    ops: HostOps, ranks: list[tuple[str, ContainerSpec]], watch_interval_s: float
+) -> tuple[list[str], list[str]]:
+    """Ranks that are not running, and the hosts among them that did not answer (asked twice)."""
+    gone: list[str] = []
+    unreachable: list[str] = []
+    pending = list(ranks)
+    for attempt in (1, 2):
+        states = await asyncio.gather(*(ops.state(h, s.name) for h, s in pending), return_exceptions=True)
+        retry: list[tuple[str, ContainerSpec]] = []
+        for (host, spec), state in zip(pending, states, strict=True):
+            if isinstance(state, LanesError):
+                if attempt == 1:
+                    retry.append((host, spec))
+                else:
+                    gone.append(f"{spec.name}@{host} unreachable: {state}")
+                    unreachable.append(host)
+            elif isinstance(state, BaseException):
+                raise state
+            elif state not in RUNNING_STATES:
+                gone.append(f"{spec.name}@{host} is {state}")
+        if not retry:
+            break
+        pending = retry
+        await asyncio.sleep(watch_interval_s)
+    return gone, unreachable

@@ -1,0 +1,324 @@
+"""One lane transaction: deploy, verify or stop one lane, with a health gate and a rollback.
+
+deploy: lease -> pull (digest verified) -> env files -> stop old ranks -> (drop caches) -> start ranks
+in the engine's order -> readiness gate -> record. verify: lease -> readiness gate of ranks that already
+run the desired spec but were never seen ready (a daemon killed during the wait). stop: lease -> stop.
+
+Everything that can fail without touching running ranks (leases, pulls, secrets) happens before the
+old ranks stop, so such a failure leaves the old lane serving. After that, a failure keeps each rank's
+last log lines, stops the new ranks and restores the last healthy spec. The error decides what follows
+(`reconciler.errors`): a transient fault retries the spec after a backoff, a permanent one condemns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from reconciler.cancel import cancel_requested
+from reconciler.engines import ContainerSpec
+from reconciler.errors import PullFailedError, RemoteCommandError, StepFailedError
+from reconciler.execute.gate import gate
+from reconciler.execute.hostops import HostOps, gather_hosts
+from reconciler.execute.leases import LeaseBlockedError, Leases
+from reconciler.execute.record import CLEAR_RETRY, failure_fields, settle
+from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent, ProgressFn, Result
+from reconciler.execute.rollback import put_back
+from reconciler.execute.secrets import SecretStore, env_file_text
+from reconciler.execute.specjson import spec_to_json
+from reconciler.plan.health import Outcome
+from reconciler.plan.steps import (
+    AcquireLeases,
+    Cause,
+    DropCaches,
+    LanePlan,
+    PullImages,
+    StartRanks,
+    Step,
+    StopContainers,
+    WaitReady,
+    WriteEnvFiles,
+)
+from reconciler.spec.lane import Health
+from reconciler.store.journal import Store
+
+
+@dataclass
+class Shared:
+    """What every transaction of one apply shares: the hosts, the journal, the leases."""
+
+    ops: HostOps
+    store: Store
+    secrets: SecretStore
+    config: ExecutorConfig
+    progress: ProgressFn
+    leases: Leases
+
+
+class LaneTransaction:
+    def __init__(self, shared: Shared, lp: LanePlan, health: Health) -> None:
+        self.s = shared
+        self.lp = lp
+        self.health = health
+        self.run = shared.store.new_run()
+        self.started = time.time()
+        self.t0 = time.monotonic()
+        self.held: list[str] = []
+        self.started_ranks: list[tuple[str, ContainerSpec]] = []
+        self.timings: dict[str, float] = {}
+        self.touched = False
+        self.before = shared.store.lane(lp.lane)
+        self.drift = lp.drift if lp.cause == Cause.DRIFT else ()
+        """What drifted, when repairing it is why this transaction runs (a new spec is not drift)."""
+
+    # -- the three kinds ------------------------------------------------------
+
+    async def stop(self) -> LaneResult:
+        lp = self.lp
+        try:
+            for seq, step in enumerate(lp.steps):
+                await self._step(seq, step)
+        except LeaseBlockedError as exc:
+            return await self._blocked(exc)
+        except StepFailedError as exc:
+            settle(
+                self.s.store, lp.lane, Outcome.STOP_FAILED, before=self.before,
+                last_error=str(exc), desired_commit=lp.commit,
+            )  # fmt: skip
+            self._journal(Result.FAILED, str(exc))
+            return self._result(Result.FAILED, str(exc))
+        finally:
+            await self.s.leases.give_back(self.held)
+        settle(
+            self.s.store,
+            lp.lane,
+            Outcome.STOPPED,
+            desired="stopped",
+            desired_commit=lp.commit,
+            applied_commit=lp.commit,
+            last_error=None,
+            fingerprint=None,
+            **CLEAR_RETRY,
+        )
+        self._journal(Result.STOPPED, None)
+        return self._result(Result.STOPPED)
+
+    async def deploy(self) -> LaneResult:
+        """A deploy, or a verify (whose plan has only the lease and the gate, over ranks that already run)."""
+        lp = self.lp
+        if lp.action == "verify":
+            self.started_ranks = list(lp.specs)
+            self.touched = True  # the ranks under test serve nothing yet: a failure must stop them
+        settle(self.s.store, lp.lane, Outcome.STARTED, desired="running", desired_commit=lp.commit, hosts=lp.hosts)
+        if self.drift:
+            self.s.progress(ProgressEvent(lp.lane, "drift", "info", "; ".join(d.describe() for d in self.drift)))
+        try:
+            for seq, step in enumerate(lp.steps):
+                await self._step(seq, step)
+        except LeaseBlockedError as exc:
+            return await self._blocked(exc)
+        except StepFailedError as exc:
+            return await self._failed(exc)
+        except asyncio.CancelledError:
+            await self._interrupted()
+            raise
+        await self.s.leases.give_back(self.held)
+        return self._succeeded()
+
+    # -- steps ------------------------------------------------------------------
+
+    async def _step(self, seq: int, step: Step) -> None:
+        store, lp = self.s.store, self.lp
+        step_id = store.step_started(self.run, lp.lane, lp.commit, seq, step.kind, {"describe": step.describe()})
+        self.s.progress(ProgressEvent(lp.lane, step.kind, "started", step.describe()))
+        try:
+            await self._do(step)
+        except BaseException as exc:
+            store.step_finished(step_id, error=str(exc) or type(exc).__name__)
+            self.s.progress(ProgressEvent(lp.lane, step.kind, "failed", str(exc)))
+            if isinstance(exc, StepFailedError | asyncio.CancelledError):
+                raise
+            if isinstance(exc, Exception):
+                # An error no step expects (a bug, an OS error): the step failed, permanently.
+                message = f"{type(exc).__name__}: {exc}"
+                raise StepFailedError(step.kind, message, touched=self.touched) from exc
+            raise
+        store.step_finished(step_id)
+        self.s.progress(ProgressEvent(lp.lane, step.kind, "done", step.describe()))
+
+    async def _do(self, step: Step) -> None:
+        ops = self.s.ops
+        run: Callable[[], Awaitable[None]]
+        if isinstance(step, AcquireLeases):
+            run = partial(self.s.leases.take, step.hosts, self.held, self.lp.lane)
+        elif isinstance(step, PullImages):
+            run = partial(self._pull, step)
+        elif isinstance(step, WriteEnvFiles):
+            run = partial(self._env_files, step)
+        elif isinstance(step, StopContainers):
+            self.touched = True
+            run = partial(self._stop, step)
+        elif isinstance(step, DropCaches):
+            run = partial(self._drop, step)
+        elif isinstance(step, StartRanks):
+            self.touched = True
+            run = partial(self._start, step)
+        else:
+            assert isinstance(step, WaitReady)
+            ranks = self.started_ranks
+            run = partial(gate, ops, step, self.health, ranks, self.timings, self.t0, self.s.config.watch_interval_s)
+        await run()
+
+    async def _pull(self, step: PullImages) -> None:
+        async def one(host: str, image: str) -> None:
+            try:
+                await self.s.ops.pull(host, image)
+            except RemoteCommandError as exc:
+                # A pull the host or registry refused is a fault of the moment (registry down, link cut);
+                # an image that is not the pinned digest (DigestMismatchError) is not.
+                raise PullFailedError(host, image, exc.stderr_tail or str(exc)) from exc
+
+        errors = await gather_hosts([one(h, image) for h, image in step.pulls])
+        if errors:
+            raise StepFailedError.wrap("pull", errors, touched=False)
+
+    async def _env_files(self, step: WriteEnvFiles) -> None:
+        texts = [
+            (host, path, env_file_text([(env, self.s.secrets.get(name)) for env, name in pairs]))
+            for host, path, pairs in step.files
+        ]
+        errors = await gather_hosts([self.s.ops.write_env_file(host, path, text) for host, path, text in texts])
+        if errors:
+            raise StepFailedError.wrap("env-files", errors, touched=False)
+
+    async def _stop(self, step: StopContainers) -> None:
+        errors = await gather_hosts([self.s.ops.stop_remove(c.host, c.name) for c in step.containers])
+        if errors:
+            raise StepFailedError.wrap("stop", errors, touched=True)
+
+    async def _drop(self, step: DropCaches) -> None:
+        await gather_hosts([self.s.ops.drop_caches(h) for h in step.hosts])
+
+    async def _start(self, step: StartRanks) -> None:
+        stamps: list[float] = []
+
+        async def one(host: str, spec: ContainerSpec) -> None:
+            await self.s.ops.start(host, spec)
+            stamps.append(time.monotonic())
+            self.started_ranks.append((host, spec))
+
+        errors = await gather_hosts([one(h, s) for h, s in step.ranks])
+        if stamps:
+            skew = max(stamps) - min(stamps)
+            self.timings["start_skew"] = round(max(self.timings.get("start_skew", 0.0), skew), 3)
+        if errors:
+            raise StepFailedError.wrap("start", errors, touched=True)
+
+    # -- endings ----------------------------------------------------------------
+
+    def _succeeded(self) -> LaneResult:
+        lp = self.lp
+        self.timings["total"] = round(time.monotonic() - self.t0, 3)
+        head = lp.steps[-1]
+        gate_at = (
+            {"host": head.host, "port": head.port, "served_model": head.served_model}
+            if isinstance(head, WaitReady)
+            else None
+        )
+        fields: dict[str, Any] = {
+            "applied_commit": lp.commit,
+            "fingerprint": lp.fingerprint,
+            "last_error": None,
+            "failed_fingerprint": None,
+            "healthy_specs": [spec_to_json(h, s) for h, s in lp.specs],
+            "healthy_commit": lp.commit,
+            "healthy_gate": gate_at,
+            "timings": self.timings,
+            **CLEAR_RETRY,
+        }
+        if self.drift:
+            fields["drift"] = {"time": time.time(), "commit": lp.commit, "items": [d.to_json() for d in self.drift]}
+        verified = lp.action == "verify"
+        settle(self.s.store, lp.lane, Outcome.OBSERVED_READY if verified else Outcome.APPLIED, **fields)
+        result = Result.VERIFIED if verified else Result.APPLIED
+        self._journal(result, None)
+        return self._result(result)
+
+    async def _blocked(self, exc: LeaseBlockedError) -> LaneResult:
+        """Someone else holds a host: give back what was taken, keep the lane's health, say who holds it."""
+        await self.s.leases.give_back(self.held)
+        settle(
+            self.s.store, self.lp.lane, Outcome.WAITING, before=self.before,
+            last_error=str(exc), desired_commit=self.lp.commit,
+        )  # fmt: skip
+        self.s.progress(ProgressEvent(self.lp.lane, "lease", "info", f"blocked: {exc}"))
+        return self._result(Result.BLOCKED, str(exc), Cause.LEASE_HELD)
+
+    async def _failed(self, exc: StepFailedError) -> LaneResult:
+        lp, store = self.lp, self.s.store
+        if cancel_requested():
+            # A library turned the shutdown's cancel into an error (see reconciler.cancel): still a shutdown.
+            await self._interrupted()
+            raise asyncio.CancelledError from exc
+        if not exc.touched:
+            # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
+            fields, message = failure_fields(store, lp, exc, str(exc))
+            settle(store, lp.lane, Outcome.FAILED_UNTOUCHED, before=self.before, last_error=message, **fields)
+            self._journal(Result.FAILED, message)
+            await self.s.leases.give_back(self.held)
+            return self._result(Result.FAILED, message)
+        self.s.progress(ProgressEvent(lp.lane, "rollback", "started", str(exc)))
+        step_id = store.step_started(self.run, lp.lane, lp.commit, 1000, "rollback", {"error": str(exc)})
+        restore = await put_back(self.s.ops, lp, self.before, self.health, self.s.config.log_tail)
+        store.step_finished(step_id, error=None if restore.ok else (restore.error or "no previous spec"))
+        if restore.ok:
+            to = restore.healthy_commit[:12] if restore.healthy_commit else "previous"
+            message, outcome, result = f"{exc}; rolled back to {to}", Outcome.ROLLED_BACK, Result.ROLLED_BACK
+        else:
+            tail = f"; restoring the previous spec failed: {restore.error}" if restore.attempted else ""
+            message, outcome, result = f"{exc}{tail}", Outcome.ROLLBACK_FAILED, Result.FAILED
+        fields, message = failure_fields(store, lp, exc, message)
+        fields["fingerprint"] = restore.fingerprint
+        settle(store, lp.lane, outcome, before=self.before, last_error=message, **fields)
+        self._journal(result, message, restore.logs)
+        self.s.progress(ProgressEvent(lp.lane, "rollback", "done" if restore.ok else "failed", message))
+        await self.s.leases.give_back(self.held)
+        return self._result(result, message, logs=restore.logs)
+
+    async def _interrupted(self) -> None:
+        """Shutdown (SIGTERM) in the middle of a transaction: put the last healthy spec back without
+        waiting for it to load (that can take longer than the stop timeout); the caller lets the cancel go on."""
+        lp, store = self.lp, self.s.store
+        if self.touched:
+            step_id = store.step_started(self.run, lp.lane, lp.commit, 1000, "rollback", {"error": "shutdown"})
+            restore = await put_back(self.s.ops, lp, self.before, self.health, self.s.config.log_tail, wait=False)
+            store.step_finished(step_id, error=None if restore.ok else (restore.error or "no previous spec"))
+            if restore.ok:
+                message = "interrupted by shutdown; previous spec restarted without waiting for it to load"
+                settle(store, lp.lane, Outcome.INTERRUPTED, last_error=message, fingerprint=restore.fingerprint)
+            else:
+                message = "interrupted by shutdown; " + (restore.error or "no previous spec")
+                settle(store, lp.lane, Outcome.INTERRUPTED, last_error=message, fingerprint=None)
+            self._journal(Result.ROLLED_BACK if restore.ok else Result.FAILED, message, restore.logs)
+        else:
+            message = "interrupted by shutdown before any rank was stopped"
+            settle(store, lp.lane, Outcome.INTERRUPTED_UNTOUCHED, before=self.before, last_error=message)
+        await self.s.leases.give_back(self.held)
+
+    def _journal(self, result: Result, error: str | None, logs: dict[str, str] | None = None) -> None:
+        lp = self.lp
+        drift = [d.to_json() for d in self.drift] or None
+        self.s.store.record_apply(
+            self.run, lp.lane, lp.commit, lp.fingerprint, result.value, error, self.started, self.timings, logs,
+            cause=lp.cause.value, drift=drift,
+        )  # fmt: skip
+
+    def _result(
+        self, result: Result, error: str | None = None, cause: Cause | None = None, logs: dict[str, str] | None = None
+    ) -> LaneResult:
+        action = self.lp.action
+        return LaneResult(self.lp.lane, action, result, error, self.timings, logs or {}, cause or self.lp.cause)

@@ -1,0 +1,60 @@
+"""The `render` rule: every lane must render to container specs before it is admitted.
+
+Rendering turns a lane into the `docker run` argv of each rank, and some
+lanes that pass every other rule cannot be rendered (a mount onto the model
+cache's target, a secret whose variable is also a plain env entry). Doing it
+here, in the policy step, makes `lanes check`, `lanes plan` and the daemon
+agree: such a lane is a deny of that lane with its file and field, never an
+error that escapes the planner and stops every other lane. The rendered specs
+travel in the verdict, so the planner does not render a second time.
+
+Not configurable: a lane that cannot be rendered cannot run, whatever the
+rules file says. A stopped lane that cannot be rendered is a warning (it
+would be denied if started), as other rules do for stopped lanes.
+"""
+
+from __future__ import annotations
+
+from reconciler.engines import ContainerSpec, render_lane
+from reconciler.errors import InputError
+from reconciler.policy.verdict import Violation
+from reconciler.spec.load import DesiredState
+
+RULE = "render"
+
+Rendered = dict[str, tuple[tuple[str, ContainerSpec], ...]]
+
+
+def render_lanes(desired: DesiredState) -> tuple[Rendered, list[Violation]]:
+    """(host, spec) of every rank of every renderable lane, and a finding for each lane that is not."""
+    rendered: Rendered = {}
+    violations: list[Violation] = []
+    for name in sorted(desired.lanes):
+        lane = desired.lanes[name]
+        model = desired.models.get(lane.model)
+        if model is None or any(h not in desired.hosts for h in lane.hosts):
+            continue  # the topology and model checks say what is missing; nothing to render from
+        try:
+            specs = render_lane(lane, model, desired.fleet, desired.hosts, desired.commit)
+        except InputError as exc:
+            field = exc.field or ""
+            message = exc.message
+        except Exception as exc:  # a renderer's bug must cost this lane only, never the commit
+            field, message = "", f"lanes could not render this lane ({type(exc).__name__}: {exc})"
+        else:
+            rendered[name] = tuple((lane.hosts[i], spec) for i, spec in enumerate(specs))
+            continue
+        where = desired.lane_file(name) + (f": {field}" if field else "")
+        suffix = "" if lane.running else " (the lane is stopped; starting it would be denied)"
+        violations.append(
+            Violation(
+                rule=RULE,
+                severity="deny" if lane.running else "warn",
+                lane=name,
+                host=None,
+                rank=None,
+                message=f"{where}: cannot be rendered to containers: {message}{suffix}",
+                detail={"file": desired.lane_file(name), "field": field},
+            )
+        )
+    return rendered, violations
