@@ -1,4 +1,4 @@
-"""What every engine renderer shares: the rank context, the container spec, its hash, the `docker run` argv.
+"""What every engine renderer shares: the rank context, sealing a container spec, its hash.
 
 A lane rank becomes one container. The planner decides drift by comparing a
 hash of what would run with the `lanes.spec` label of what runs, so the hash
@@ -6,10 +6,11 @@ covers exactly what `docker run` receives (image, argv, env, mounts, flags)
 and nothing else: the state commit rides along in a label but stays out of
 the hash, so a commit that does not change what runs restarts nothing.
 
-Every lane field stays one argv item from here to the host: nothing is ever
-pasted into a shell string, and the remote side quotes the list with
-`shlex.join`. Secrets appear only as environment variable names; their values
-reach the host in a 0600 env file that `docker run --env-file` reads.
+Every lane field stays one argv item from here to the host (the argv is
+built by `reconciler.facts.docker.run_argv`): nothing is ever pasted into a
+shell string, and the remote side quotes the list with `shlex.join`.
+Secrets appear only as environment variable names; their values reach the
+host in a 0600 env file that `docker run --env-file` reads.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from reconciler.errors import InputError
+from reconciler.facts.container import ContainerSpec
 from reconciler.facts.labels import (
     LABEL_COMMIT,
     LABEL_ENGINE,
@@ -88,40 +90,6 @@ class RankContext:
     @property
     def interface(self) -> str:
         return self.host.interface(self.fleet)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ContainerSpec:
-    """One rank's container, as data: what `docker run` gets, plus the hash of it."""
-
-    name: str
-    image: str
-    command: tuple[str, ...]
-    """argv after the image."""
-    entrypoint: str | None
-    env: tuple[tuple[str, str], ...]
-    """Sorted; never a secret value."""
-    secret_env: tuple[str, ...]
-    """Names of the variables the env file provides (values never here)."""
-    env_file: str | None
-    """Path on the host of the 0600 env file, when the lane has secrets."""
-    labels: tuple[tuple[str, str], ...]
-    """Sorted."""
-    mounts: tuple[Mount, ...]
-    network: str = "host"
-    ipc: str = "host"
-    gpus: str = "all"
-    shm_size: str | None = None
-    spec_hash: str
-    serves_http: bool
-    """True for the rank that serves the OpenAI API (the head)."""
-
-    def label(self, key: str) -> str | None:
-        return dict(self.labels).get(key)
-
-    @property
-    def env_map(self) -> dict[str, str]:
-        return dict(self.env)
 
 
 def compute_spec_hash(spec: ContainerSpec) -> str:
@@ -280,40 +248,6 @@ def _refuse_nul(lane: str, values: Iterable[str]) -> None:
     for value in values:
         if "\x00" in value:
             raise InputError(f"lane '{lane}': {value!r} contains a NUL byte, which no command line can carry")
-
-
-def docker_run_argv(spec: ContainerSpec) -> list[str]:
-    """The `docker run` argv for a spec: exactly the flag subset the simulated runtime implements."""
-    argv = [
-        "docker",
-        "run",
-        "-d",
-        "--name",
-        spec.name,
-        "--restart",
-        "no",
-        "--gpus",
-        spec.gpus,
-        "--network",
-        spec.network,
-        "--ipc",
-        spec.ipc,
-    ]
-    if spec.shm_size is not None:
-        argv += ["--shm-size", spec.shm_size]
-    for key, value in spec.labels:
-        argv += ["--label", f"{key}={value}"]
-    for key, value in spec.env:
-        argv += ["-e", f"{key}={value}"]
-    if spec.env_file is not None:
-        argv += ["--env-file", spec.env_file]
-    for mount in spec.mounts:
-        argv += ["-v", f"{mount.source}:{mount.target}" + (":ro" if mount.read_only else "")]
-    if spec.entrypoint is not None:
-        argv += ["--entrypoint", spec.entrypoint]
-    argv.append(spec.image)
-    argv.extend(spec.command)
-    return argv
 
 
 def all_at_once(lane: Lane) -> list[tuple[int, ...]]:

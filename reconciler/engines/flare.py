@@ -15,8 +15,9 @@ a lane that needs them says so in its `args`.
 
 from __future__ import annotations
 
-from reconciler.engines.base import BIND_ALL, ContainerSpec, RankContext, seal
+from reconciler.engines.base import BIND_ALL, RankContext, seal
 from reconciler.errors import InputError
+from reconciler.facts.container import ContainerSpec
 
 
 def _hosts_flag(ctx: RankContext) -> str:

@@ -10,7 +10,8 @@ MASTER_ADDR, MASTER_PORT) that most launchers read.
 
 from __future__ import annotations
 
-from reconciler.engines.base import ContainerSpec, RankContext, seal
+from reconciler.engines.base import RankContext, seal
+from reconciler.facts.container import ContainerSpec
 
 
 def render(ctx: RankContext) -> ContainerSpec:

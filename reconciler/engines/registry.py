@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from reconciler.engines import flare, generic, sglang, vllm
-from reconciler.engines.base import ContainerSpec, RankContext, all_at_once
+from reconciler.engines.base import RankContext, all_at_once
 from reconciler.errors import InputError
+from reconciler.facts.container import ContainerSpec
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
 
 Renderer = Callable[[RankContext], ContainerSpec]

@@ -14,8 +14,9 @@ The lane's `args` come last, so a lane can override any flag rendered here
 
 from __future__ import annotations
 
-from reconciler.engines.base import BIND_ALL, ContainerSpec, RankContext, seal
+from reconciler.engines.base import BIND_ALL, RankContext, seal
 from reconciler.errors import InputError
+from reconciler.facts.container import ContainerSpec
 
 # The lane vocabulary is vLLM-flavoured; SGLang spells a few dtypes its own way
 # and has no fp16 cache nor vLLM's fixed-slot MLA layouts.

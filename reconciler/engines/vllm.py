@@ -26,7 +26,8 @@ flags as `"$@"`, each one its own argv item.
 
 from __future__ import annotations
 
-from reconciler.engines.base import BIND_ALL, ContainerSpec, RankContext, all_at_once, seal
+from reconciler.engines.base import BIND_ALL, RankContext, all_at_once, seal
+from reconciler.facts.container import ContainerSpec
 from reconciler.spec import Lane
 
 RAY_OBJECT_STORE_BYTES = "1073741824"

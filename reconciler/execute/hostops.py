@@ -1,19 +1,22 @@
 """Host operations of a lane transaction, each one argv over the transport.
 
-Kept apart from the transaction logic so every remote command lanes runs is
-visible in one place and built from argv lists only.
+Kept apart from the transaction logic so every remote command lanes runs goes
+through one place. The commands themselves and the reading of what they print
+are the pure functions of `reconciler.facts` (`facts.docker` for docker,
+`facts.commands` for the rest): this module only sends them and decides what
+a failure means here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Mapping, Sequence
 
-from reconciler.engines import ContainerSpec, docker_run_argv
 from reconciler.errors import HostUnreachableError, LanesError, PermanentError, TransientError
+from reconciler.facts import docker
 from reconciler.facts.commands import dropcaches_argv, envfile_argv, lease_argv
+from reconciler.facts.container import ContainerSpec
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.facts.parse import parse_lease_output
 from reconciler.transport.base import CommandResult, HostTarget, Transport
@@ -101,49 +104,44 @@ class HostOps:
             )
 
     async def pull(self, host: str, image: str) -> None:
-        await self.run(host, ["docker", "pull", image], timeout=self.pull_timeout)
-        if "@sha256:" in image:
-            digest = image.rsplit("@", 1)[1]
-            out = await self.run(host, ["docker", "image", "inspect", image])
+        await self.run(host, docker.pull_argv(image), timeout=self.pull_timeout)
+        digest = docker.pinned_digest(image)
+        if digest is not None:
+            out = await self.run(host, docker.image_inspect_argv(image))
             try:
-                info = json.loads(out)
-                repo_digests = [d for item in info for d in (item.get("RepoDigests") or [])]
-            except (ValueError, AttributeError, TypeError):
+                images = docker.parse_image_inspect(out)
+            except docker.DockerOutputError:
                 raise PermanentError(f"{host}: cannot read the digest of {image} after pulling it") from None
-            if not any(d.endswith(digest) for d in repo_digests):
-                raise PermanentError(f"{host}: pulled {image} but its digests are {repo_digests}")
+            if not docker.has_digest(images, digest):
+                raise PermanentError(f"{host}: pulled {image} but its digests are {docker.repo_digests(images)}")
 
     async def write_env_file(self, host: str, path: str, content: str) -> None:
         await self.run(host, envfile_argv(path), input=content)
 
     async def stop_remove(self, host: str, name: str) -> None:
         await self.run(
-            host,
-            ["docker", "stop", "-t", str(self.stop_timeout_s), name],
-            timeout=self.stop_timeout_s + self.timeout,
-            check=False,
+            host, docker.stop_argv(name, self.stop_timeout_s), timeout=self.stop_timeout_s + self.timeout, check=False
         )
-        await self.run(host, ["docker", "rm", "-f", name], check=False)
+        await self.run(host, docker.rm_argv(name), check=False)
 
     async def start(self, host: str, spec: ContainerSpec) -> None:
-        await self.run(host, docker_run_argv(spec))
+        await self.run(host, docker.run_argv(spec))
 
     async def drop_caches(self, host: str) -> None:
         await self.run(host, dropcaches_argv(), check=False)
 
     async def state(self, host: str, name: str) -> str:
-        out = await self.run(host, ["docker", "inspect", name], check=False)
+        out = await self.run(host, docker.inspect_argv(name), check=False)
         try:
-            info = json.loads(out)
-            return str(info[0]["State"]["Status"])
-        except (ValueError, LookupError, TypeError):
+            state = docker.container_state(out)
+        except docker.DockerOutputError:
+            # Not docker's output (a host without docker prints nothing): as before, no container to watch.
             return "missing"
+        return "missing" if state is None else state
 
     async def logs(self, host: str, name: str, tail: int) -> str:
         try:
-            result = await self._call(
-                host, ["docker", "logs", "--tail", str(tail), name], timeout=self.timeout, check=False
-            )
+            result = await self._call(host, docker.logs_argv(name, tail), timeout=self.timeout, check=False)
         except LanesError as exc:
             return f"(logs unavailable: {exc})"
         return (result.stdout + result.stderr)[-8000:]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.engines import docker_run_argv, render_lane, start_groups
+from reconciler.engines import render_lane, start_groups
+from reconciler.facts.docker import run_argv
 from reconciler.spec import load_desired
 
 pytestmark = pytest.mark.timeout(30)
@@ -27,7 +28,7 @@ def test_example_lanes_render() -> None:
         assert [s.name for s in specs] == [f"lanes-{lane.name}-r{rank}" for rank in range(lane.ranks)]
         assert sorted(r for group in start_groups(lane) for r in group) == list(range(lane.ranks))
         for spec in specs:
-            argv = docker_run_argv(spec)
+            argv = run_argv(spec)
             assert argv[:2] == ["docker", "run"]
             assert spec.image in argv
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.engines import docker_run_argv, start_groups
+from reconciler.engines import start_groups
+from reconciler.facts.docker import run_argv
 
 from .conftest import COMMIT, IMAGE, MODEL_PATH, LaneFactory, Renderer
 
@@ -98,7 +99,7 @@ def _flare_command(rank: int) -> list[str]:
 def test_flare_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer) -> None:
     specs = render(make_lane(engine="flare"))
     for rank in (0, 2):
-        assert docker_run_argv(specs[rank]) == [
+        assert run_argv(specs[rank]) == [
             *_docker("flare", rank, specs[rank].spec_hash, NET_ENV),
             "--entrypoint",
             "flare",
@@ -134,6 +135,6 @@ def test_generic_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer
             f"NODE_RANK={rank}",
         ]
         docker = _docker("generic", rank, specs[rank].spec_hash, env)
-        assert docker_run_argv(specs[rank]) == [*docker, IMAGE, *args]
+        assert run_argv(specs[rank]) == [*docker, IMAGE, *args]
     assert specs[0].entrypoint is None
     assert start_groups(make_lane(engine="generic")) == [(0, 1, 2, 3)]

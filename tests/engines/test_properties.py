@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engines import docker_run_argv, render_lane
+from reconciler.engines import render_lane
+from reconciler.facts.docker import run_argv
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
 
 from .conftest import COMMIT, IMAGE, LaneFactory
@@ -67,7 +68,7 @@ def test_fields_reach_argv_verbatim(
         mounts=[{"source": "/" + mount_source, "target": target}],
     )
     for spec in render_lane(lane, model, fleet, hosts, COMMIT):
-        argv = docker_run_argv(spec)
+        argv = run_argv(spec)
         assert all(isinstance(item, str) for item in argv)
         assert shlex.split(shlex.join(argv)) == argv
         image_at = argv.index(IMAGE)

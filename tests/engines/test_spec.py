@@ -11,11 +11,11 @@ from reconciler.engines import (
     RankContext,
     compute_spec_hash,
     container_name,
-    docker_run_argv,
     render_lane,
     render_rank,
 )
 from reconciler.errors import InputError
+from reconciler.facts.docker import run_argv
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
 
 from .conftest import COMMIT, MODEL_PATH, LaneFactory, Renderer
@@ -43,7 +43,7 @@ def test_a_new_commit_alone_changes_no_hash(
     first, second = render(lane, "1" * 40), render(lane, "2" * 40)
     assert _hashes(first) == _hashes(second)
     assert [s.label("lanes.commit") for s in second] == ["2" * 40] * 4
-    assert all(docker_run_argv(a) != docker_run_argv(b) for a, b in zip(first, second, strict=True))
+    assert all(run_argv(a) != run_argv(b) for a, b in zip(first, second, strict=True))
 
 
 @pytest.mark.parametrize(("engine", "launcher"), ENGINES)
@@ -120,7 +120,7 @@ def test_mounts_hf_cache_model_then_lane(make_lane: LaneFactory, render: Rendere
         ("/srv/cache", "/cache", False),
         ("/etc/x", "/x", True),
     ]
-    argv = docker_run_argv(spec)
+    argv = run_argv(spec)
     assert "/srv/cache:/cache" in argv
     assert "/etc/x:/x:ro" in argv
 
@@ -130,7 +130,7 @@ def test_fleet_hf_cache_is_mounted_at_the_engines_cache(
 ) -> None:
     fleet = FleetDefaults(hf_cache="/data/hf", state_dir_on_host="/srv/lanes")
     spec = render_lane(make_lane(), model, fleet, hosts, COMMIT)[0]
-    assert "/data/hf:/root/.cache/huggingface" in docker_run_argv(spec)
+    assert "/data/hf:/root/.cache/huggingface" in run_argv(spec)
     assert spec.env_map["HF_HOME"] == "/root/.cache/huggingface"
     assert spec.env_file == "/srv/lanes/env/lanes-golden-r0.env"
 
@@ -145,7 +145,7 @@ def test_secrets_are_names_only(make_lane: LaneFactory, render: Renderer, engine
     for spec in render(lane):
         assert spec.secret_env == ("API_KEY", "HF_TOKEN")
         assert spec.env_file == f"/var/lib/lanes/env/{spec.name}.env"
-        argv = docker_run_argv(spec)
+        argv = run_argv(spec)
         assert argv[argv.index("--env-file") + 1] == spec.env_file
         for item in argv:
             assert not item.startswith(("HF_TOKEN=", "API_KEY="))
@@ -158,7 +158,7 @@ def test_no_secrets_no_env_file(make_lane: LaneFactory, render: Renderer) -> Non
     spec = render(make_lane(secrets=[]))[0]
     assert spec.env_file is None
     assert spec.secret_env == ()
-    assert "--env-file" not in docker_run_argv(spec)
+    assert "--env-file" not in run_argv(spec)
 
 
 def test_lane_env_overrides_renderer_defaults(make_lane: LaneFactory, render: Renderer) -> None:
@@ -252,7 +252,7 @@ def test_flare_needs_every_peer_address(
 def test_container_flags(make_lane: LaneFactory, render: Renderer) -> None:
     spec = render(make_lane())[0]
     assert (spec.network, spec.ipc, spec.gpus, spec.shm_size) == ("host", "host", "all", None)
-    argv = docker_run_argv(spec)
+    argv = run_argv(spec)
     assert argv[:13] == [
         "docker",
         "run",

@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engines import docker_run_argv, render_lane
+from reconciler.engines import render_lane
 from reconciler.facts.commands import envfile_argv, lease_argv, probe_argv
+from reconciler.facts.docker import run_argv
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
 from reconciler.transport.base import command_line
 
@@ -173,7 +174,7 @@ def test_every_lane_string_reaches_the_host_argv_literally(
     fleet = FleetDefaults(hf_cache="/" + hf_cache, state_dir_on_host="/" + state_dir)
     checkpoint = model.model_copy(update={"path": "/" + model_path})
     specs = render_lane(lane, checkpoint, fleet, hosts, COMMIT)
-    commands = [docker_run_argv(spec) for spec in specs]
+    commands = [run_argv(spec) for spec in specs]
     commands += [envfile_argv(spec.env_file) for spec in specs if spec.env_file]
     lease = f"{fleet.state_dir_on_host}/lease"
     commands += [

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.engines import docker_run_argv, start_groups
+from reconciler.engines import start_groups
 from reconciler.engines.vllm import RAY_HEAD_SCRIPT
+from reconciler.facts.docker import run_argv
 
 from .conftest import COMMIT, IMAGE, MODEL_PATH, LaneFactory, Renderer
 
@@ -118,7 +119,7 @@ def _ray_env(address: str) -> list[str]:
 def test_native_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer) -> None:
     specs = render(make_lane(engine="vllm", launcher="native", ep=4))
     rendezvous = ["--nnodes", "4", "--master-addr", "10.20.0.11", "--master-port", "29500"]
-    assert docker_run_argv(specs[0]) == [
+    assert run_argv(specs[0]) == [
         *_docker(0, specs[0].spec_hash, _native_env("10.20.0.11")),
         "--entrypoint",
         "vllm",
@@ -134,7 +135,7 @@ def test_native_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer)
         "29500",
         *LANE_ARGS,
     ]
-    assert docker_run_argv(specs[2]) == [
+    assert run_argv(specs[2]) == [
         *_docker(2, specs[2].spec_hash, _native_env("10.20.0.13")),
         "--entrypoint",
         "vllm",
@@ -158,7 +159,7 @@ def test_native_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer)
 
 def test_ray_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer) -> None:
     specs = render(make_lane(engine="vllm", launcher="ray", ep=4))
-    assert docker_run_argv(specs[0]) == [
+    assert run_argv(specs[0]) == [
         *_docker(0, specs[0].spec_hash, _ray_env("10.20.0.11")),
         "--entrypoint",
         "/bin/sh",
@@ -174,7 +175,7 @@ def test_ray_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer) ->
         "ray",
         *LANE_ARGS,
     ]
-    assert docker_run_argv(specs[2]) == [
+    assert run_argv(specs[2]) == [
         *_docker(2, specs[2].spec_hash, _ray_env("10.20.0.13")),
         "--entrypoint",
         "ray",
