@@ -6,7 +6,13 @@ final usage chunk, vLLM's Prometheus names); the text generated is filler.
 Pacing uses absolute deadlines so a measured tokens/s matches the setting,
 and each request is paced on its own thread, so concurrent requests do not
 slow each other down (a real engine batches them; the benchmarks only need
-the per-request rate to be known). Stdlib only.
+the per-request rate to be known).
+
+Each completion is also entered in a ledger of what the stand-in actually
+did with it (prompt tokens counted, content chunks and tokens sent, whether a
+usage chunk went out), served at `GET /standin/requests`, a path no real
+engine has: tests compare a client's counts with it instead of timing the
+stream. Stdlib only.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -24,6 +31,21 @@ from reconciler.sim.engineargs import Behaviour, EngineArgs, parse_int
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
 WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit")
+LEDGER_PATH = "/standin/requests"
+LEDGER_SIZE = 1000
+"""The newest completions the ledger keeps (a stand-in of a long simulation must not grow)."""
+
+
+def schedule(behaviour: Behaviour, prompt_tokens: int, max_tokens: int) -> list[float]:
+    """When each generated token is due, in seconds after the request arrived.
+
+    The first after prompt_tokens / pp_tps, then one every 1 / tg_tps, all
+    times the slowdown: the pacing the stand-in keeps, as data, so a test
+    can replay it on a fake clock.
+    """
+    first = prompt_tokens / behaviour.pp_tps * behaviour.slowdown
+    step = behaviour.slowdown / behaviour.tg_tps
+    return [first + i * step for i in range(max_tokens)]
 
 
 class Engine:
@@ -39,6 +61,8 @@ class Engine:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished = 0
+        self.ledger: deque[dict[str, Any]] = deque(maxlen=LEDGER_SIZE)
+        self.seq = 0
 
     def loaded(self) -> bool:
         return not self.behaviour.never_healthy and time.monotonic() >= self.loaded_at
@@ -49,6 +73,16 @@ class Engine:
             self.prompt_tokens += prompt
             self.generation_tokens += generated
             self.finished += finished
+
+    def enter(self, entry: dict[str, Any]) -> None:
+        """Add a completion to the ledger, numbered in the order they were entered."""
+        with self.lock:
+            self.seq += 1
+            self.ledger.append({"seq": self.seq, **entry})
+
+    def entries(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.ledger)
 
     def metrics(self) -> str:
         label = f'model_name="{self.name}"'
@@ -89,13 +123,10 @@ class Engine:
         return "\n".join(out) + "\n"
 
     def pace(self, prompt_tokens: int, max_tokens: int) -> Iterator[int]:
-        """Yield token indexes at their due times, kept by absolute deadlines."""
-        b = self.behaviour
+        """Yield token indexes at their due times (`schedule`), kept by absolute deadlines."""
         start = time.monotonic()
-        first = start + prompt_tokens / b.pp_tps * b.slowdown
-        step = b.slowdown / b.tg_tps
-        for i in range(max_tokens):
-            delay = first + i * step - time.monotonic()
+        for i, due in enumerate(schedule(self.behaviour, prompt_tokens, max_tokens)):
+            delay = start + due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             yield i
@@ -165,6 +196,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, engine.metrics().encode(), "text/plain; version=0.0.4")
         elif path == "/version":
             self._json(200, {"version": engine.behaviour.version})
+        elif path == LEDGER_PATH:
+            self._json(200, {"requests": engine.entries()})
         else:
             self._json(404, {"detail": "Not Found"})
 
@@ -208,6 +241,7 @@ class Handler(BaseHTTPRequestHandler):
         base = {"id": ident, "created": int(time.time()), "model": engine.name}
         engine.count(running=1, prompt=prompt)
         words: list[str] = []
+        chunks = {"role": 0, "content": 0}
         try:
             role = {
                 **base,
@@ -223,15 +257,33 @@ class Handler(BaseHTTPRequestHandler):
                 if stream:
                     if chat and i == 0:
                         self._event(role)  # like vLLM: the role arrives with the first token, after prefill
+                        chunks["role"] += 1
                     finish = "length" if i == max_tokens - 1 else None
                     self._event({**base, **_piece(chat, word, finish)})
+                    chunks["content"] += 1
             if stream and chat and not words:
                 self._event(role)
+                chunks["role"] += 1
             usage = {
                 "prompt_tokens": prompt,
                 "completion_tokens": len(words),
                 "total_tokens": prompt + len(words),
             }
+            # Entered before the end of the answer is sent: a client that has read the whole answer
+            # finds its entry in the ledger.
+            engine.enter(
+                {
+                    "id": ident,
+                    "api": "chat" if chat else "completions",
+                    "stream": stream,
+                    "prompt_tokens": prompt,
+                    "max_tokens": max_tokens,
+                    "completion_tokens": len(words),
+                    "content_chunks": chunks["content"],
+                    "role_chunks": chunks["role"],
+                    "usage_chunk": stream and usage_wanted,
+                }
+            )
             if stream:
                 if usage_wanted:
                     kind = "chat.completion.chunk" if chat else "text_completion"
