@@ -2,7 +2,11 @@
 
 Each case holds the text a host printed (`stdout`, or `output`: a JSON value
 serialised as the probe would) and either the expected fields or the error
-message the parser must raise.
+message the parser must raise. The `docker-inspect` and `docker-image-inspect`
+cases are real outputs of docker and of podman (the rig's runtime), each with
+a `source` saying where and how it was recorded and `argv`/`how` saying what
+produced it; `tests/facts/test_docker.py` also runs them through the probe
+program and the executor's host operations.
 """
 
 from __future__ import annotations
@@ -15,6 +19,13 @@ from typing import Any
 import pytest
 
 from reconciler.errors import PermanentError
+from reconciler.facts.docker import (
+    DockerOutputError,
+    container_state,
+    has_digest,
+    parse_image_inspect,
+    parse_inspect,
+)
 from reconciler.facts.observed import ObservedContainer, ObservedHost
 from reconciler.facts.parse import parse_lease_output, parse_meminfo, parse_probe
 
@@ -61,8 +72,26 @@ def _host(h: ObservedHost) -> dict[str, Any]:
     }
 
 
+def _inspected(c: ObservedContainer) -> dict[str, Any]:
+    return _container(c) | {"id": c.id, "state": c.state, "image_id": c.image_id, "started_at": c.started_at}
+
+
 def _parse(case: dict[str, Any]) -> dict[str, Any]:
     kind = case["kind"]
+    if kind == "docker-inspect":
+        return {
+            "containers": [_inspected(c) for c in parse_inspect(case["stdout"])],
+            "state": container_state(case["stdout"]),
+        }
+    if kind == "docker-image-inspect":
+        images = parse_image_inspect(case["stdout"])
+        pinned = case["argv"][-1]
+        return {
+            "ids": [i.id for i in images],
+            "repo_tags": [list(i.repo_tags) for i in images],
+            "repo_digests": [list(i.repo_digests) for i in images],
+            "has_digest": has_digest(images, pinned.rsplit("@", 1)[1]),
+        }
     if kind == "probe":
         return _host(parse_probe(case["host"], case["stdout"]))
     if kind == "meminfo":
@@ -81,7 +110,7 @@ def test_there_are_cases() -> None:
 def test_case(path: Path) -> None:
     case = _load(path)
     if "raises" in case:
-        with pytest.raises(PermanentError) as info:
+        with pytest.raises((PermanentError, DockerOutputError)) as info:
             _parse(case)
         assert case["raises"] in str(info.value)
         return
