@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 from typing import Any
 
 import httpx
@@ -93,8 +94,23 @@ async def test_errors_are_recorded_and_classified() -> None:
         assert await client.server_version() is None
 
 
-async def test_latency_modes() -> None:
-    async with BenchClient("http://x", fakeengine.MODEL, transport=fakeengine.transport()) as client:
+async def test_latency_modes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The least of the probes after one discarded, on the client's clock (a fake one here: each
+    request takes the time the engine below says, and nothing else moves the clock)."""
+    now = [100.0]
+    monkeypatch.setattr("reconciler.bench.client.time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    api_s = iter([0.009, 0.005, 0.003])  # the first probe is discarded
+    generation_s = iter([0.001, 0.008, 0.006, 0.004, 0.007, 0.005])  # the discarded one is the least
+    engine = fakeengine.handler()
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            now[0] += next(api_s)
+        else:
+            now[0] += next(generation_s)  # before the first chunk, so it is all time to first response
+        return engine(request)
+
+    async with BenchClient("http://x", fakeengine.MODEL, transport=httpx.MockTransport(handle)) as client:
         assert await client.latency("none") == 0.0
-        assert 0 < await client.latency("generation") < 1
-        assert 0 < await client.latency("api", probes=2) < 1
+        assert await client.latency("api", probes=2) == pytest.approx(0.003)
+        assert await client.latency("generation") == pytest.approx(0.004)

@@ -29,7 +29,6 @@ def test_demo_once_converges_the_example_fleet_and_a_second_cycle_has_nothing_to
     out = json.loads(proc.stdout)
     print(f"\ndemo converged in {out['seconds']} s")
     assert out["converged"] is True and out["second_plan_empty"] is True
-    assert out["seconds"] < 60
     lanes = {row["name"]: row for row in out["lanes"]}
     assert lanes[PRODUCTION]["health"] == "healthy" and lanes[PRODUCTION]["hosts"] == ["dgx1", "dgx2", "dgx3", "dgx4"]
     assert lanes[EUGR]["health"] == "healthy" and lanes[EUGR]["hosts"] == ["dgx5", "dgx6", "dgx7"]
