@@ -106,9 +106,9 @@ class HostKeyError(PermanentError):
 class PullFailedError(TransientError):
     """`docker pull` failed on a host: the registry or the link may be back at the next try."""
 
-    def __init__(self, host: str, image: str, reason: str) -> None:
-        self.host = host
-        super().__init__(f"{host}: pull of {image} failed: {reason}")
+    def __init__(self, failed: RemoteCommandError) -> None:
+        self.host = failed.host
+        super().__init__(str(failed))  # the host, the command and what it said, as the command error has them
 
 
 class HostFaultError(TransientError):

@@ -180,7 +180,7 @@ class LaneTransaction:
             except RemoteCommandError as exc:
                 # A pull the host or registry refused is a fault of the moment (registry down, link cut);
                 # an image that is not the pinned digest (DigestMismatchError) is not.
-                raise PullFailedError(host, image, exc.stderr_tail or str(exc)) from exc
+                raise PullFailedError(exc) from exc
 
         errors = await gather_hosts([one(h, image) for h, image in step.pulls])
         if errors:

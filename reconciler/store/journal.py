@@ -19,7 +19,6 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,72 +26,11 @@ import sqlite_utils
 
 from reconciler.errors import TransientError
 from reconciler.store.held import HeldWrites
+from reconciler.store.lanerecord import LaneRecord, record_from_row, row_from_fields
+from reconciler.store.schema import migrate
 from reconciler.store.sqlite import open_db
 
 SCHEMA_VERSION = 1
-
-
-LANE_COLUMNS = (
-    "name",
-    "desired",
-    "health",
-    "desired_commit",
-    "applied_commit",
-    "hosts",
-    "fingerprint",
-    "last_error",
-    "failed_fingerprint",
-    "healthy_specs",
-    "healthy_commit",
-    "updated",
-    "timings",
-    "evidence",
-    "retry_at",
-    "transient_failures",
-    "drift",
-    "healthy_gate",
-    "retry_fingerprint",
-)
-
-ADDED_LANE_COLUMNS: dict[str, type] = {
-    "evidence": str,
-    "retry_at": float,
-    "transient_failures": int,
-    "drift": str,
-    "healthy_gate": str,
-}
-"""Columns added after the first release, with their types: an older journal gets them on open."""
-ADDED_APPLY_COLUMNS: dict[str, type] = {"cause": str, "drift": str}
-JSON_LANE_FIELDS = frozenset({"hosts", "healthy_specs", "timings", "evidence", "drift", "healthy_gate"})
-
-
-@dataclass(frozen=True)
-class LaneRecord:
-    name: str
-    desired: str
-    health: str
-    desired_commit: str | None
-    applied_commit: str | None
-    hosts: tuple[str, ...]
-    fingerprint: str | None
-    last_error: str | None
-    failed_fingerprint: str | None
-    healthy_specs: list[dict[str, Any]]
-    healthy_commit: str | None
-    updated: float
-    timings: dict[str, float]
-    evidence: dict[str, Any]
-    """The latest evidence headline: pp, tg, file, commit, regression."""
-    retry_at: float | None = None
-    """When `retry_fingerprint`, which failed on a passing fault, may be tried again (epoch s)."""
-    transient_failures: int = 0
-    """Transient failures of the current desired spec in a row (reset when it changes or passes its gate)."""
-    drift: dict[str, Any] | None = None
-    """The last drift repaired: {"time", "items": [{"kind", "host", "container", "detail"}]}."""
-    healthy_gate: dict[str, Any] | None = None
-    """How to gate the last healthy spec on a rollback: {"host", "port", "served_model"}."""
-    retry_fingerprint: str | None = None
-    """The spec that `retry_at` and `transient_failures` are about."""
 
 
 class Store:
@@ -113,79 +51,7 @@ class Store:
         self.db.conn.close()
 
     def _migrate(self) -> None:
-        db = self.db
-        if "journal" not in db.table_names():
-            db.table("journal").create(
-                {
-                    "id": int,
-                    "run": str,
-                    "lane": str,
-                    "commit": str,
-                    "seq": int,
-                    "kind": str,
-                    "detail": str,
-                    "state": str,
-                    "started": float,
-                    "finished": float,
-                    "error": str,
-                },
-                pk="id",
-            )
-            db.table("journal").create_index(["lane", "state"])
-        if "lanes" not in db.table_names():
-            db.table("lanes").create(
-                {
-                    "name": str,
-                    "desired": str,
-                    "health": str,
-                    "desired_commit": str,
-                    "applied_commit": str,
-                    "hosts": str,
-                    "fingerprint": str,
-                    "last_error": str,
-                    "failed_fingerprint": str,
-                    "healthy_specs": str,
-                    "healthy_commit": str,
-                    "updated": float,
-                    "timings": str,
-                    "evidence": str,
-                    **ADDED_LANE_COLUMNS,
-                    "retry_fingerprint": str,
-                },
-                pk="name",
-            )
-        else:
-            have = db.table("lanes").columns_dict
-            for column, kind in {**ADDED_LANE_COLUMNS, "retry_fingerprint": str}.items():
-                if column not in have:
-                    db.table("lanes").add_column(column, kind)
-        if "commits" not in db.table_names():
-            db.table("commits").create(
-                {"sha": str, "outcome": str, "detail": str, "time": float},
-                pk="sha",
-            )
-        if "applies" not in db.table_names():
-            db.table("applies").create(
-                {
-                    "id": int,
-                    "run": str,
-                    "lane": str,
-                    "commit": str,
-                    "fingerprint": str,
-                    "result": str,
-                    "error": str,
-                    "started": float,
-                    "finished": float,
-                    "timings": str,
-                    "logs": str,
-                },
-                pk="id",
-            )
-            db.table("applies").create_index(["lane", "commit"])
-        have_applies = db.table("applies").columns_dict
-        for column, kind in ADDED_APPLY_COLUMNS.items():
-            if column not in have_applies:
-                db.table("applies").add_column(column, kind)
+        migrate(self.db)
 
     def _write(self, fn: Callable[[], object]) -> bool:
         """Write now; False when the write is held for later (daemon), TransientError when refused (CLI)."""
@@ -308,42 +174,14 @@ class Store:
         except sqlite_utils.db.NotFoundError:
             row = {}
         row.update(self._held_lanes.get(name, {}))
-        if not row:
-            return None
-        row = {key: row.get(key) for key in LANE_COLUMNS}
-        return LaneRecord(
-            name=row["name"],
-            desired=row["desired"] or "running",
-            health=row["health"] or "progressing",
-            desired_commit=row["desired_commit"],
-            applied_commit=row["applied_commit"],
-            hosts=tuple(json.loads(row["hosts"] or "[]")),
-            fingerprint=row["fingerprint"],
-            last_error=row["last_error"],
-            failed_fingerprint=row["failed_fingerprint"],
-            healthy_specs=json.loads(row["healthy_specs"] or "[]"),
-            healthy_commit=row["healthy_commit"],
-            updated=row["updated"] or 0.0,
-            timings=json.loads(row["timings"] or "{}"),
-            evidence=json.loads(row.get("evidence") or "{}"),
-            retry_at=row["retry_at"],
-            transient_failures=int(row["transient_failures"] or 0),
-            drift=json.loads(row["drift"]) if row["drift"] else None,
-            healthy_gate=json.loads(row["healthy_gate"]) if row["healthy_gate"] else None,
-            retry_fingerprint=row["retry_fingerprint"],
-        )
+        return record_from_row(row) if row else None
 
     def lanes(self) -> list[LaneRecord]:
         names = {r["name"] for r in self.db.table("lanes").rows_where(select="name")} | set(self._held_lanes)
         return [rec for rec in (self.lane(n) for n in sorted(names)) if rec is not None]
 
     def update_lane(self, name: str, **fields: Any) -> None:
-        row: dict[str, Any] = {"name": name, "updated": time.time()}
-        for key, value in fields.items():
-            if key in JSON_LANE_FIELDS:
-                row[key] = None if value is None else json.dumps(list(value) if key == "hosts" else value, default=str)
-            else:
-                row[key] = value
+        row = row_from_fields(name, time.time(), fields)
         if not self._write(lambda: self.db.table("lanes").upsert(row, pk="name", alter=False)):
             self._held_lanes.setdefault(name, {}).update(row)
 
@@ -429,3 +267,6 @@ class Store:
     def applies(self, lane: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         where, args = ("lane = ?", [lane]) if lane else (None, [])
         return list(self.db.table("applies").rows_where(where, args, order_by="id desc", limit=limit))
+
+
+__all__ = ["LaneRecord", "Store"]
