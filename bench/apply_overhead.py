@@ -53,7 +53,7 @@ async def one_run(load_s: float, poll_s: float, salt: int) -> dict[str, float]:
             loaded, Path(tmp), base_address=f"127.41.{salt}.", standin_env={"STANDIN_LOAD_S": str(load_s)}
         )
         try:
-            target = next(iter(env.reconciler.settings.overrides))
+            target = next(iter(env.runner.settings.overrides))
             host = env.fleet.targets[target]
             ht = HostTarget(target, host.address, host.port, host.user)
             await env.transport.run(ht, ["docker", "ps", "-q"])
@@ -64,7 +64,7 @@ async def one_run(load_s: float, poll_s: float, salt: int) -> dict[str, float]:
                 rtts.append(time.perf_counter() - t)
             rtt = statistics.median(rtts)
             t0 = time.perf_counter()
-            result = await env.reconciler.run_cycle(loaded)
+            result = await env.runner.run_cycle(loaded)
             wall = time.perf_counter() - t0
             assert result.ok, [r.error for r in result.results]
             deploys = [lp for lp in result.plan.lanes if lp.action == "deploy"]

@@ -25,7 +25,7 @@ ConfigOpt = Annotated[
 ]
 
 
-def _file_facts(path: Path | None) -> dict[str, Any]:
+def _file_info(path: Path | None) -> dict[str, Any]:
     """Whether a secret file is there and who may read it: from stat, without reading it."""
     if path is None:
         return {"path": None, "state": "not set"}
@@ -43,19 +43,19 @@ def _file_facts(path: Path | None) -> dict[str, Any]:
 def _warnings(cfg: DaemonConfig, secrets: dict[str, dict[str, Any]], env: dict[str, str]) -> list[str]:
     out: list[str] = []
     creds = env.get("CREDENTIALS_DIRECTORY", "")
-    for name, facts in secrets.items():
-        path = facts["path"]
-        if facts["state"] == "missing":
+    for name, info in secrets.items():
+        path = info["path"]
+        if info["state"] == "missing":
             if creds and path and path.startswith(creds):
                 out.append(f"{name}: {path} does not exist here; systemd creates it from LoadCredential= at start")
             elif name == "ssh.key":
                 out.append(f"{name}: {path} does not exist: the daemon cannot reach any host")
             else:
                 out.append(f"{name}: {path} does not exist")
-        elif facts["state"] == "empty":
+        elif info["state"] == "empty":
             out.append(f"{name}: {path} is empty")
-        if facts.get("kind") == "file" and int(facts["mode"], 8) & 0o077:
-            out.append(f"{name}: {path} is readable by group or others (mode {facts['mode']}); use 0600")
+        if info.get("kind") == "file" and int(info["mode"], 8) & 0o077:
+            out.append(f"{name}: {path} is readable by group or others (mode {info['mode']}); use 0600")
     if not cfg.ssh.known_hosts.is_file():
         out.append(f"ssh.known_hosts: {cfg.ssh.known_hosts} does not exist: pin every host key first")
     signers = cfg.repo.allowed_signers
@@ -83,9 +83,9 @@ def _print_human(cfg: DaemonConfig, path: Path, secrets: dict[str, dict[str, Any
         for key, value in override.items():
             console.print(f"{key} = {json.dumps(value)}")
     console.print("\n[bold]secret files[/] (named, never read)")
-    for name, facts in secrets.items():
-        extra = f", {facts['kind']} mode {facts['mode']}" if "mode" in facts else ""
-        console.print(f"{name}: {facts['path'] or '-'} ({facts['state']}{extra})")
+    for name, info in secrets.items():
+        extra = f", {info['kind']} mode {info['mode']}" if "mode" in info else ""
+        console.print(f"{name}: {info['path'] or '-'} ({info['state']}{extra})")
     for w in warnings:
         console.print(f"[yellow]warning[/]: {w}")
 
@@ -108,7 +108,7 @@ def config_check_cmd(
     if systemd:
         env.update(SYSTEMD_ENV)
     cfg = load_config(config, env=env)
-    secrets = {name: _file_facts(p) for name, p in cfg.secret_paths().items()}
+    secrets = {name: _file_info(p) for name, p in cfg.secret_paths().items()}
     warnings = _warnings(cfg, secrets, env)
     if as_json:
         out = {

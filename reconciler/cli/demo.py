@@ -27,7 +27,7 @@ from rich.console import Console
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, handle_errors
 from reconciler.cli.reconcile import print_plan, print_status, progress_printer
 from reconciler.errors import InputError
-from reconciler.execute.cycle import CycleResult, CycleSettings, HostOverride, Reconciler
+from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings, HostOverride
 from reconciler.execute.secrets import SecretStore
 from reconciler.sim import SimFleet, SimRegistry
 from reconciler.source.gitread import open_repo
@@ -45,7 +45,7 @@ class DemoEnv:
     workdir: Path
     clone: Path
     fleet: SimFleet
-    reconciler: Reconciler
+    runner: CycleRunner
     store: Store
     transport: SSHTransport
 
@@ -106,8 +106,8 @@ async def start_sim(
     transport = SSHTransport(fleet.known_hosts_path, [fleet.client_key_path])
     store = Store(workdir / "lanes.db")
     settings = CycleSettings(owner="lanes-demo", overrides=overrides, watch_interval_s=1.0)
-    reconciler = Reconciler(transport, store, SecretStore(secrets), settings)
-    return DemoEnv(workdir, clone or workdir, fleet, reconciler, store, transport)
+    runner = CycleRunner(transport, store, SecretStore(secrets), settings)
+    return DemoEnv(workdir, clone or workdir, fleet, runner, store, transport)
 
 
 def grow_fleet(clone: Path, total_hosts: int) -> None:
@@ -183,8 +183,8 @@ def demo(
                 console.print(
                     f"simulated Sparks: {', '.join(f'{n}={t.address}:{t.port}' for n, t in env.fleet.targets.items())}"
                 )
-            first = await env.reconciler.run_cycle(loaded, progress=None if as_json else progress_printer(console))
-            second = await env.reconciler.run_cycle(loaded, apply=False)
+            first = await env.runner.run_cycle(loaded, progress=None if as_json else progress_printer(console))
+            second = await env.runner.run_cycle(loaded, apply=False)
             rows = status_rows(env.store, loaded.desired)
             if once:
                 report(first, second, rows, time.monotonic() - t0, as_json, console)

@@ -15,7 +15,7 @@ from rich.table import Table
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, fail, handle_errors, load_commit
 from reconciler.cli.daemonview import ask_daemon, needs_attention, trouble_lines
 from reconciler.execute.apply import ProgressEvent
-from reconciler.execute.cycle import CycleResult, CycleSettings, Reconciler
+from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings
 from reconciler.execute.secrets import SecretStore
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
@@ -107,14 +107,14 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
     console.print(table)
 
 
-def make_reconciler(
+def make_runner(
     db: Path, known_hosts: Path, key: Path, secrets_dir: Path | None, settings: CycleSettings | None = None
-) -> tuple[Reconciler, Store, SSHTransport]:
+) -> tuple[CycleRunner, Store, SSHTransport]:
     if not known_hosts.is_file():
         fail(f"known_hosts file {known_hosts} not found: pin every host key first (no trust on first use)")
     store = Store(db)
     transport = SSHTransport(known_hosts, [key])
-    return Reconciler(transport, store, SecretStore(secrets_dir), settings or CycleSettings()), store, transport
+    return CycleRunner(transport, store, SecretStore(secrets_dir), settings or CycleSettings()), store, transport
 
 
 def progress_printer(console: Console) -> Any:
@@ -143,11 +143,11 @@ def plan_cmd(
 ) -> None:
     """Show what apply would do: probe every host once, diff, print the steps."""
     loaded = load_commit(repo, rev)
-    reconciler, store, transport = make_reconciler(db, known_hosts, ssh_key, secrets_dir)
+    runner, store, transport = make_runner(db, known_hosts, ssh_key, secrets_dir)
 
     async def go() -> CycleResult:
         try:
-            return await reconciler.run_cycle(loaded, apply=False)
+            return await runner.run_cycle(loaded, apply=False)
         finally:
             await transport.close()
 
@@ -174,7 +174,7 @@ def apply_cmd(
 ) -> None:
     """Converge the hosts toward a commit: ordered, health-gated, rolled back on failure."""
     loaded = load_commit(repo, rev)
-    reconciler, store, transport = make_reconciler(db, known_hosts, ssh_key, secrets_dir)
+    runner, store, transport = make_runner(db, known_hosts, ssh_key, secrets_dir)
     only = frozenset(lane) if lane else None
     console = Console(stderr=as_json)
 
@@ -182,13 +182,13 @@ def apply_cmd(
         try:
             if not yes and not as_json:
                 # A person confirms a plan first; the cycle then probes again, as time passed while they read.
-                preview = await reconciler.run_cycle(loaded, apply=False, only_lanes=only)
+                preview = await runner.run_cycle(loaded, apply=False, only_lanes=only)
                 if not preview.plan.empty:
                     print_plan(preview, console)
                     if not typer.confirm("apply these changes?"):
                         raise typer.Exit(EXIT_OK)
             # With nothing to change the cycle still runs: it records denied and blocked lanes in the journal.
-            return await reconciler.run_cycle(loaded, only_lanes=only, progress=progress_printer(console))
+            return await runner.run_cycle(loaded, only_lanes=only, progress=progress_printer(console))
         finally:
             await transport.close()
 

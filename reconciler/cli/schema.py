@@ -1,4 +1,4 @@
-"""`lanes schema` and `lanes model facts`: help people write valid state files."""
+"""`lanes schema` and `lanes model describe`: help people write valid state files."""
 
 from __future__ import annotations
 
@@ -60,13 +60,13 @@ def schema(
 
 
 @handle_errors
-def model_facts(
+def model_describe(
     path: Annotated[Path, typer.Argument(help="checkpoint folder with config.json")],
     name: Annotated[str | None, typer.Option(help="model name (default: folder name, lower-cased)")] = None,
     host_path: Annotated[str | None, typer.Option(help="path of the checkpoint on the hosts (default: PATH)")] = None,
 ) -> None:
     """Print a model file for state/models/ from a checkpoint's config.json and safetensors index."""
-    from reconciler.spec.checkpoint import facts_from_checkpoint, render_model_yaml
+    from reconciler.spec.checkpoint import model_from_checkpoint, render_model_yaml
 
     config_path = path / "config.json"
     if not config_path.is_file():
@@ -76,7 +76,7 @@ def model_facts(
     index = _read_json(index_path) if index_path.is_file() else None
     total = sum(p.stat().st_size for p in path.glob("*.safetensors")) or None
     model_name = name or path.resolve().name.lower()
-    spec, notes = facts_from_checkpoint(
+    spec, notes = model_from_checkpoint(
         config, index, name=model_name, path=host_path or str(path.resolve()), file_bytes_total=total
     )
     print(render_model_yaml(spec, notes), end="")

@@ -29,6 +29,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from reconciler.daemon.conditions import STORE_RETRY_S, Backoff, Retries, SourceHealth, health, store_status
 from reconciler.daemon.config import DaemonConfig, load_config
+from reconciler.daemon.decider import CommitDecider
 from reconciler.daemon.hookroute import receive_push
 from reconciler.daemon.http import HttpServer
 from reconciler.daemon.metrics import Metrics
@@ -36,9 +37,8 @@ from reconciler.daemon.notify import Notifier
 from reconciler.daemon.trialjob import make_trial
 from reconciler.daemon.trigger import Trigger
 from reconciler.daemon.upstreamjob import upstream_job
-from reconciler.daemon.verdicts import CommitDecider
 from reconciler.errors import LanesError
-from reconciler.execute.cycle import Reconciler
+from reconciler.execute.cycle import CycleRunner
 from reconciler.execute.secrets import SecretStore
 from reconciler.source.mirror import Mirror
 from reconciler.source.watch import watch_refs
@@ -88,7 +88,7 @@ class Daemon:
             max_concurrency=cfg.ssh.concurrency,
             connect_timeout=cfg.ssh.connect_timeout_s,
         )
-        self.reconciler = Reconciler(
+        self.runner = CycleRunner(
             self.transport, self.store, SecretStore(cfg.daemon.secrets_dir), cfg.cycle_settings()
         )
         # libgit2 cannot push to a local repository with a work tree; the git command can (notes only).
@@ -101,7 +101,7 @@ class Daemon:
             known_hosts=cfg.ssh.known_hosts,
             transport="git" if local_worktree else "auto",
         )
-        self.decider = CommitDecider(cfg, self.store, self.reconciler, self.mirror, self.metrics)
+        self.decider = CommitDecider(cfg, self.store, self.runner, self.mirror, self.metrics)
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -140,7 +140,7 @@ class Daemon:
         self.trigger.kick("upstream")
 
     async def _run_upstream(self) -> None:
-        trial = make_trial(self.config, self.reconciler, self.mirror)
+        trial = make_trial(self.config, self.runner, self.mirror)
         try:
             async with asyncio.timeout(UPSTREAM_TIMEOUT_S):  # not wait_for: it can drop a cancel on 3.11
                 await upstream_job(self.config, self.decider.last_desired, self.mirror, self.metrics, trial)
@@ -341,7 +341,7 @@ class Daemon:
             log.error("config.reload_failed", error=str(exc), path=str(self.config_path))
         else:
             self.config = new
-            self.reconciler.settings = new.cycle_settings()
+            self.runner.settings = new.cycle_settings()
             self.decider.config = new
             log.info("config.reloaded", path=str(self.config_path))
         self.notifier.ready()

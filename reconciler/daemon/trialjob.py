@@ -19,7 +19,7 @@ from reconciler.bench import benchmark_lane, chart, evidence
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.evidencejob import baseline_evidence, evidence_message
 from reconciler.errors import LanesError
-from reconciler.execute.cycle import Reconciler, targets_for
+from reconciler.execute.cycle import CycleRunner, targets_for
 from reconciler.source.evidence import commit_evidence
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.source.mirror import Mirror
@@ -49,7 +49,7 @@ def comparison_markdown(ev: dict[str, Any], lane: str) -> str:
     return head + "\n".join(rows) + "\n" + flag
 
 
-def make_trial(config: DaemonConfig, reconciler: Reconciler, mirror: Mirror) -> TrialFn:
+def make_trial(config: DaemonConfig, runner: CycleRunner, mirror: Mirror) -> TrialFn:
     async def trial(lane: Lane, commit: str, branch: str) -> str:
         assert lane.track is not None
         loaded = load_commit(mirror.repo, commit, config.repo.state_dir, config.repo.policies_dir)
@@ -67,7 +67,7 @@ def make_trial(config: DaemonConfig, reconciler: Reconciler, mirror: Mirror) -> 
         desired = dataclasses.replace(loaded.desired, lanes={**loaded.desired.lanes, name: candidate})
         only = frozenset({name})
         try:
-            result = await reconciler.run_cycle(LoadedCommit(commit, desired, loaded.policies), only_lanes=only)
+            result = await runner.run_cycle(LoadedCommit(commit, desired, loaded.policies), only_lanes=only)
             outcome = next((r for r in result.results if r.lane == name), None)
             if outcome is None or outcome.result != "applied":
                 why = outcome.error if outcome else "not planned"
@@ -92,6 +92,6 @@ def make_trial(config: DaemonConfig, reconciler: Reconciler, mirror: Mirror) -> 
         finally:
             stopped = candidate.model_copy(update={"desired": "stopped"})
             cleanup = dataclasses.replace(desired, lanes={**desired.lanes, name: stopped})
-            await reconciler.run_cycle(LoadedCommit(commit, cleanup, loaded.policies), only_lanes=only)
+            await runner.run_cycle(LoadedCommit(commit, cleanup, loaded.policies), only_lanes=only)
 
     return trial

@@ -71,7 +71,7 @@ def targets_for(desired: DesiredState, overrides: Mapping[str, HostOverride]) ->
     return out
 
 
-class Reconciler:
+class CycleRunner:
     def __init__(self, transport: Transport, store: Store, secrets: SecretStore, settings: CycleSettings) -> None:
         self.transport = transport
         self.store = store

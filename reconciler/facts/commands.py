@@ -1,7 +1,7 @@
 """Every non-docker command the reconciler sends to a host, as argv lists.
 
-The reconciler talks to a Spark only through these lists and through
-`docker ...` lists built by the engine renderers; the transport quotes them
+The reconciler talks to a Spark only through these lists and through the
+`docker ...` lists built in `facts/docker.py`; the transport quotes them
 with `shlex.join`, so no lane field is ever pasted into a shell string.
 The few `sh -c` programs here are constants: variable parts travel as
 positional parameters (`"$1"`), never inside the script text.

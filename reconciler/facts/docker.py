@@ -146,7 +146,7 @@ class InspectedImage:
     id: str
     repo_tags: tuple[str, ...]
     repo_digests: tuple[str, ...]
-    """"REPO@sha256:<digest>" for every registry digest the image is known under."""
+    """REPO@sha256:<digest> for every registry digest the image is known under."""
 
 
 def parse_inspect(stdout: str) -> tuple[ObservedContainer, ...]:
@@ -168,7 +168,7 @@ def parse_image_inspect(stdout: str) -> tuple[InspectedImage, ...]:
 
 
 def pinned_digest(image: str) -> str | None:
-    """ "sha256:<hex>" of a reference pinned by digest (REPO@sha256:<hex>), else None."""
+    """The digest (sha256:<hex>) of a reference pinned by one (REPO@sha256:<hex>), else None."""
     if DIGEST_MARK not in image:
         return None
     return image.rsplit("@", 1)[1]

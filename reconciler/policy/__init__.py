@@ -4,7 +4,7 @@
 per-rank `RankBudget`s; every figure comes from `policies/`, none from code.
 """
 
-from reconciler.policy.engine import evaluate
+from reconciler.policy.evaluate import evaluate
 from reconciler.policy.verdict import RankBudget, Verdict, Violation
 
 __all__ = ["RankBudget", "Verdict", "Violation", "evaluate"]

@@ -40,7 +40,7 @@ models/kv/mla.py, read 2026-10):
 - The fixed-slot layouts: fp8_ds_mla 656 B, DeepSeek V4 584 B for both
   fp8_ds_mla and nvfp4_ds_mla; a non-V4 nvfp4_ds_mla uses the fp8 656 B as a
   conservative stand-in. (sparkrun keys the 584 on model_type; we read the
-  model file's `kv_slot_bytes`, which `lanes model facts` fills for V4.)
+  model file's `kv_slot_bytes`, which `lanes model describe` fills for V4.)
 - compress_ratios: a layer with r > 1 keeps one slot per r tokens.
 - nvfp4 KV is 0.5625 bytes per element (fp4 data plus an fp8 scale per 16).
 - Weights are split over tp x pp.

@@ -1,4 +1,4 @@
-"""What the policy engine hands back: violations, per-rank budgets, a verdict.
+"""What the policy evaluation hands back: violations, per-rank budgets, a verdict.
 
 These are plain frozen dataclasses, not pydantic models, because they are
 produced by pure code and consumed by the CLI, the daemon and `lanes check

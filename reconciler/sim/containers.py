@@ -62,6 +62,7 @@ class SimContainer:
     created: str = field(default_factory=now_rfc3339)
     status: str = "created"
     exit_code: int = 0
+    error: str = ""  # State.Error: why a container that was created never started
     started_at: str = ZERO_TIME
     finished_at: str = ZERO_TIME
     pid: int = 0
@@ -220,7 +221,7 @@ class SimContainer:
                 "Dead": False,
                 "Pid": self.pid if self.status == "running" else 0,
                 "ExitCode": self.exit_code,
-                "Error": "",
+                "Error": self.error,
                 "StartedAt": self.started_at,
                 "FinishedAt": self.finished_at,
             },

@@ -174,6 +174,49 @@ def parse_env_file(text: str) -> list[str]:
     return out
 
 
+_SIZE = re.compile(r"^(\d+(?:\.\d+)*) ?([kmgtp])?i?b?$", re.IGNORECASE)
+
+
+def ram_in_bytes(text: str, flag: str) -> int:
+    """A size argument (`--shm-size 16g`) in bytes, binary units, as docker's go-units RAMInBytes reads it.
+
+    `docker inspect` prints the number (HostConfig.ShmSize 17179869184), not what was typed.
+    """
+    match = _SIZE.match(text)
+    if match is None:
+        raise CliError(f"invalid argument \"{text}\" for \"{flag}\" flag: invalid size: '{text}'", 125)
+    scale = 1024 ** " kmgtp".index((match.group(2) or " ").lower())
+    return int(float(match.group(1)) * scale)
+
+
+def parse_ulimits(values: Sequence[str]) -> list[dict[str, Any]] | None:
+    """`--ulimit name=soft[:hard]` as docker records it; no flag is null (Go's nil list)."""
+    out = []
+    for value in values:
+        name, eq, limits = value.partition("=")
+        soft, _, hard = limits.partition(":")
+        if not eq or not soft.lstrip("-").isdigit() or (hard and not hard.lstrip("-").isdigit()):
+            raise CliError(f'invalid argument "{value}" for "--ulimit" flag: invalid ulimit argument: {value}', 125)
+        out.append({"Name": name, "Hard": int(hard or soft), "Soft": int(soft)})
+    return out or None
+
+
+def device_requests(gpus: str | None) -> list[dict[str, Any]] | None:
+    """`--gpus all|N|device=0,1` as the GPU device request docker records (null without the flag)."""
+    if gpus is None:
+        return None
+    count, ids = 0, None
+    if gpus == "all":
+        count = -1
+    elif gpus.isdigit():
+        count = int(gpus)
+    elif gpus.startswith("device="):
+        ids = gpus.removeprefix("device=").split(",")
+    else:
+        raise CliError(f'invalid argument "{gpus}" for "--gpus" flag: unexpected key \'{gpus}\' in \'{gpus}\'', 125)
+    return [{"Driver": "", "Count": count, "DeviceIDs": ids, "Capabilities": [["gpu"]], "Options": {}}]
+
+
 def parse_labels(pairs: Sequence[str]) -> dict[str, str]:
     labels = {}
     for pair in pairs:

@@ -6,7 +6,9 @@ pull, run, ps, inspect, stop, rm, logs, image inspect (plus the
 exit statuses copy docker's, because the executor reports them verbatim
 and tests assert on them: an unknown digest is exit 1 "manifest unknown",
 a name in use is exit 125 "Conflict", a missing container exit 1 "No such
-container".
+container". What `inspect`, `image inspect`, `pull`, `stop`, `rm` and `logs`
+print is held to real docker outputs recorded in `tests/facts/cases/`
+(`tests/facts/test_docker_sim.py`): the same fields with the same JSON types.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from reconciler.sim import dockercli as cli
 from reconciler.sim.containers import SimContainer
 from reconciler.sim.dockercli import CliError
-from reconciler.sim.registry import ImageRef, SimImage, SimRegistry
+from reconciler.sim.registry import ImageRef, SimImage, SimRegistry, registry_path
 from reconciler.sim.sharedclient import SharedStandinClient, SharedStandinError
 
 Result = tuple[int, str, str]
@@ -94,7 +96,9 @@ class SimDockerDaemon:
         image = self.registry.resolve(ref)
         if image is None:
             if self.registry.knows_repo(parsed.repo):
-                raise CliError(f"Error response from daemon: manifest for {ref} not found: manifest unknown", 1)
+                raise CliError(
+                    f"Error response from daemon: manifest for {ref} not found: manifest unknown: manifest unknown", 1
+                )
             raise cli.pull_denied(parsed.repo)
         self.images[image.pinned] = image
         if parsed.tag and not parsed.digest:
@@ -112,7 +116,10 @@ class SimDockerDaemon:
             return 0, ref + "\n", ""
         parsed = ImageRef.parse(ref)
         status = "Image is up to date for" if had == image else "Downloaded newer image for"
-        out = f"{parsed.tag or parsed.digest}: Pulling from {parsed.repo}\nDigest: {image.digest}\n"
+        # docker names a pull by its tag, or by the whole reference when it is pinned, and the repository
+        # by its path on the registry (no per-layer lines here: a simulated image has no layers).
+        named = parsed.tag if parsed.tag and not parsed.digest else ref
+        out = f"{named}: Pulling from {registry_path(parsed.repo)}\nDigest: {image.digest}\n"
         return 0, out + f"Status: {status} {ref}\n{ref}\n", ""
 
     async def _image_inspect(self, args: list[str]) -> Result:
@@ -160,6 +167,7 @@ class SimDockerDaemon:
         cli.check_name(name)
         if name in self.containers:
             raise cli.name_conflict(name, self.containers[name].id)
+        host_config = self._host_config(opts)  # the CLI refuses a bad size or ulimit before anything happens
         env_files = []
         for path in opts.all("--env-file"):
             written = self.read_envfile(path)
@@ -181,10 +189,11 @@ class SimDockerDaemon:
             image_ref=image_ref,
             image=image,
             labels=cli.parse_labels(opts.all("--label")),
-            env=[f"{k}={v}" for k, v in image.env.items()] + cli.parse_env(opts.all("--env")) + env_files,
+            # The CLI sends the env files' variables, then the -e ones; the daemon puts the image's first.
+            env=[f"{k}={v}" for k, v in image.env.items()] + env_files + cli.parse_env(opts.all("--env")),
             cmd=cmd,
             entrypoint=[e] if (e := opts.last("--entrypoint")) else [],
-            host_config=self._host_config(opts),
+            host_config=host_config,
             log_path=self.work_dir / f"{cid[:12]}-{name}.log",
             auto_remove="--rm" in opts.flags,
             shared=self.shared,
@@ -193,23 +202,25 @@ class SimDockerDaemon:
         try:
             await container.launch(self.address, self.work_dir)
         except SharedStandinError as exc:
-            # As when dockerd cannot reach containerd: the container exists, created, never started.
-            raise CliError(f"docker: Error response from daemon: failed to create task: {exc}", 125) from None
+            # As when dockerd cannot reach containerd: the container exists, created, never started, and
+            # docker has already printed its id; inspect shows ExitCode 128 and the error.
+            container.exit_code, container.error = 128, f"failed to create task: {exc}"
+            return 125, cid + "\n", stderr + f"docker: Error response from daemon: {container.error}\n"
         self.spawned.append(container)
         return 0, cid + "\n", stderr
 
     @staticmethod
     def _host_config(opts: cli.Options) -> dict[str, Any]:
-        gpus = opts.last("--gpus")
+        # Typed as docker prints them: sizes in bytes, null for a list no flag filled (Go's nil slice).
         return {
             "NetworkMode": opts.last("--network", "bridge"),
             "IpcMode": opts.last("--ipc", "private"),
-            "ShmSize": opts.last("--shm-size", "64m"),
-            "Binds": opts.all("--volume"),
-            "RestartPolicy": {"Name": opts.last("--restart", "no")},
+            "ShmSize": cli.ram_in_bytes(opts.last("--shm-size", "64m") or "", "--shm-size"),
+            "Binds": opts.all("--volume") or None,
+            "RestartPolicy": {"Name": opts.last("--restart", "no"), "MaximumRetryCount": 0},
             "Privileged": "--privileged" in opts.flags,
-            "Ulimits": opts.all("--ulimit"),
-            "DeviceRequests": [{"Count": -1, "Capabilities": [["gpu"]]}] if gpus else None,
+            "Ulimits": cli.parse_ulimits(opts.all("--ulimit")),
+            "DeviceRequests": cli.device_requests(opts.last("--gpus")),
             "AutoRemove": "--rm" in opts.flags,
         }
 
@@ -292,7 +303,7 @@ class SimDockerDaemon:
             self.containers.pop(c.name, None)
             c.log_path.unlink(missing_ok=True)  # docker drops a container's logs with it
 
-        # The docker CLI treats a missing container as removed under --force.
+        # The docker CLI treats a missing container as removed under --force (it still says so on stderr).
         return await self._each(opts.positionals, remove, "rm", missing_ok=force)
 
     async def _each(
@@ -305,20 +316,22 @@ class SimDockerDaemon:
     ) -> Result:
         if not refs:
             raise CliError(f"\"docker {command}\" requires at least 1 argument.\nSee 'docker {command} --help'.", 1)
-        out, err = [], []
+        out, err, failed = [], [], False
         for ref in refs:
             container = self.find(ref)
             if container is None:
-                if not missing_ok:
-                    err.append(f"Error response from daemon: No such container: {ref}")
+                # `rm -f` still prints the error, but a missing container does not fail it.
+                err.append(f"Error response from daemon: No such container: {ref}")
+                failed = failed or not missing_ok
                 continue
             try:
                 await action(container)
             except CliError as exc:
                 err.append(exc.message)
+                failed = True
                 continue
             out.append(ref)
-        return (1 if err else 0), "".join(o + "\n" for o in out), "".join(e + "\n" for e in err)
+        return (1 if failed else 0), "".join(o + "\n" for o in out), "".join(e + "\n" for e in err)
 
     async def logs(self, args: list[str]) -> Result:
         aliases = {"-n": "--tail", "-f": "--follow", "-t": "--timestamps"}

@@ -44,6 +44,14 @@ def registry_host(repo: str) -> str:
     return DOCKER_HUB
 
 
+def registry_path(repo: str) -> str:
+    """A repository's path on its registry, as `docker pull` names it ("Pulling from lanes/standin")."""
+    host = registry_host(repo)
+    if host != DOCKER_HUB:
+        return repo.split("/", 1)[1]
+    return repo if "/" in repo else "library/" + repo
+
+
 def _dialled(host: str) -> str:
     """What docker prints after `dial tcp`: the resolved address and port (a stable made-up one here)."""
     name, _, port = host.partition(":")

@@ -1,6 +1,6 @@
-"""`lanes model facts PATH`: a model file from a checkpoint's config and index.
+"""`lanes model describe PATH`: a model file from a checkpoint's config and index.
 
-The memory budget is only as good as the architecture facts of the model
+The memory budget is only as good as the architecture figures of the model
 file, and people copy them wrong (head_dim of an MLA model, a VL model's
 outer config). This reads them from the checkpoint's `config.json` and
 `model.safetensors.index.json` (handed in as parsed mappings: no I/O here)
@@ -263,7 +263,7 @@ def _weight_bytes(index: Mapping[str, Any] | None, path: str, file_bytes_total: 
     )
 
 
-def facts_from_checkpoint(
+def model_from_checkpoint(
     config: Mapping[str, Any],
     index: Mapping[str, Any] | None,
     *,
@@ -360,7 +360,7 @@ def _emit(data: Mapping[str, Any], indent: str, lines: list[str]) -> None:
 def render_model_yaml(spec: ModelSpec, notes: list[str]) -> str:
     """The model file text for state/models/<name>.yaml, notes as comments."""
     lines = [
-        f"# {spec.name}: written by `lanes model facts` from the checkpoint's config.json and",
+        f"# {spec.name}: written by `lanes model describe` from the checkpoint's config.json and",
         "# model.safetensors.index.json.",
         "# yaml-language-server: $schema=../../schemas/model.schema.json",
     ]

@@ -1,8 +1,8 @@
 """Model files (`state/models/<model>.yaml`): where a checkpoint lives and the
-architecture facts the per-rank memory budget needs.
+architecture figures the per-rank memory budget needs.
 
-The budget is only as good as these facts, so they are explicit fields with
-units, filled by `lanes model facts` from a checkpoint's config.json.
+The budget is only as good as these figures, so they are explicit fields with
+units, filled by `lanes model describe` from a checkpoint's config.json.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Architecture(StrictModel):
     max_position_embeddings: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
-    def _facts_complete(self) -> Architecture:
+    def _figures_complete(self) -> Architecture:
         if self.attention == "mla":
             if self.kv_lora_rank is None or self.rope_dim is None:
                 raise ValueError("attention 'mla' needs kv_lora_rank and rope_dim")

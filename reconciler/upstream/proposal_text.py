@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class ProposalFacts:
+class ProposalDraft:
     lane: str
     engine: str
     lane_file: str
@@ -39,7 +39,7 @@ class ProposalFacts:
     """Markdown from the trial on spare hosts: candidate vs production, per metric."""
 
 
-def commit_message(f: ProposalFacts) -> str:
+def commit_message(f: ProposalDraft) -> str:
     where = f" of {f.project}" if f.project else ""
     when = f", published {f.published[:10]}" if f.published else ""
     notes = f"Release notes: {f.notes_url}" if f.notes_url else "The release has no notes URL recorded."
@@ -58,12 +58,12 @@ def commit_message(f: ProposalFacts) -> str:
     )
 
 
-def pull_title(f: ProposalFacts) -> str:
+def pull_title(f: ProposalDraft) -> str:
     prefix = "[denied] " if f.denial else ""
     return f"{prefix}{f.lane}: {f.engine} {f.version} ({f.tag})"
 
 
-def pull_body(f: ProposalFacts) -> str:
+def pull_body(f: ProposalDraft) -> str:
     lines: list[str] = []
     if f.denial:
         lines += [

@@ -6,7 +6,7 @@ production lane sat three weeks behind SGLang v0.5.22). A lane that declares
 `lanes/proposals/<lane>/<version>` whose one commit changes the lane's image
 (the track's template, pinned to the digest the registry resolves) and
 engine_version, on top of the head of the tracked branch. The commit is
-checked by the policy engine first; a denial does not stop the proposal
+checked against the policies first; a denial does not stop the proposal
 (the gap stays visible) but is recorded and shown. At most `max_open`
 proposals are open per lane, and a (lane, version) is proposed once: the
 store remembers it, and a branch already on the remote is adopted.
@@ -35,7 +35,7 @@ from reconciler.upstream import gitbranch
 from reconciler.upstream.base import Clock, PollSettings, backoff_delay, read_credential
 from reconciler.upstream.forge import ForgeSettings, open_pull
 from reconciler.upstream.poll import make_client
-from reconciler.upstream.proposal_text import ProposalFacts, commit_message, pull_body, pull_title
+from reconciler.upstream.proposal_text import ProposalDraft, commit_message, pull_body, pull_title
 from reconciler.upstream.registry import resolve_image
 from reconciler.upstream.selection import image_reference, newest_qualifying, settle_open
 from reconciler.upstream.store import ProposalRecord, ReleaseRecord, UpstreamStore
@@ -193,18 +193,18 @@ async def _propose_lane(run: _Run, lane: Lane) -> ProposalOutcome:
     blob = run.repo[run.base.tree[path].id]
     assert isinstance(blob, pygit2.Blob)
     edited = bump_lane(blob.data.decode(), image=image, engine_version=version, path=path)
-    facts = _facts(run, lane, source, release, branch, path, image)
+    draft = _draft(run, lane, source, release, branch, path, image)
     author = gitbranch.signature(run.settings.author_name, run.settings.author_email)
-    oid = gitbranch.commit_file(run.repo, run.base, path, edited.encode(), commit_message(facts), author)
+    oid = gitbranch.commit_file(run.repo, run.base, path, edited.encode(), commit_message(draft), author)
     run.repo.references.create(f"refs/heads/{branch}", oid, force=True)
     action: Action = "opened"
     commit = str(oid)
     if run.remote is not None:
         commit, action = await _push(run, lane, source, release, branch)
-    facts = replace(facts, commit=commit)
-    if run.trial is not None and lane.track.trial_hosts and not facts.denial:
-        facts = replace(facts, trial=await run.trial(lane, commit, branch))
-    return await _open_and_record(run, lane, source, release, facts, action)
+    draft = replace(draft, commit=commit)
+    if run.trial is not None and lane.track.trial_hosts and not draft.denial:
+        draft = replace(draft, trial=await run.trial(lane, commit, branch))
+    return await _open_and_record(run, lane, source, release, draft, action)
 
 
 async def _push(
@@ -243,18 +243,18 @@ async def _adopt(
         raise PermanentError(f"{branch} exists on '{run.remote}' with another commit; it is not overwritten")
     image = gitbranch.trailers(theirs.message).get("Image", "")
     path = run.loaded.desired.lane_file(lane.name)
-    facts = replace(_facts(run, lane, source, release, branch, path, image), commit=str(theirs.id))
-    return await _open_and_record(run, lane, source, release, facts, "adopted")
+    draft = replace(_draft(run, lane, source, release, branch, path, image), commit=str(theirs.id))
+    return await _open_and_record(run, lane, source, release, draft, "adopted")
 
 
-def _facts(
+def _draft(
     run: _Run, lane: Lane, source: UpstreamSource, release: ReleaseRecord, branch: str, path: str, image: str
-) -> ProposalFacts:
+) -> ProposalDraft:
     project = source.repo if isinstance(source, GitHubReleases) else None
     if isinstance(source, OCIRepository):
         project = f"{source.registry}/{source.repository}"
     assert release.version is not None
-    return ProposalFacts(
+    return ProposalDraft(
         lane=lane.name,
         engine=lane.engine,
         lane_file=path,
@@ -274,7 +274,7 @@ def _facts(
 
 
 def _verdict(run: _Run, lane: Lane, commit: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(denials, this lane's warnings) of the policy engine on the proposed commit."""
+    """(denials, this lane's warnings) of the policy evaluation on the proposed commit."""
     try:
         loaded = load_commit(run.repo, commit, run.settings.state_dir, run.settings.policies_dir)
     except InputError as exc:
@@ -288,10 +288,10 @@ def _verdict(run: _Run, lane: Lane, commit: str) -> tuple[tuple[str, ...], tuple
 
 
 async def _open_and_record(
-    run: _Run, lane: Lane, source: UpstreamSource, release: ReleaseRecord, facts: ProposalFacts, action: Action
+    run: _Run, lane: Lane, source: UpstreamSource, release: ReleaseRecord, draft: ProposalDraft, action: Action
 ) -> ProposalOutcome:
-    denial, warnings = _verdict(run, lane, facts.commit)
-    facts = replace(facts, denial=denial, warnings=warnings)
+    denial, warnings = _verdict(run, lane, draft.commit)
+    draft = replace(draft, denial=denial, warnings=warnings)
     pr_url = None
     forge = run.settings.forge
     if forge is not None and run.remote is not None:
@@ -304,18 +304,18 @@ async def _open_and_record(
             run.client,
             forge,
             token,
-            title=pull_title(facts),
-            head=facts.branch,
+            title=pull_title(draft),
+            head=draft.branch,
             base=run.settings.base,
-            body=pull_body(facts),
+            body=pull_body(draft),
         )
     record = ProposalRecord(
         lane=lane.name,
-        version=facts.version,
-        branch=facts.branch,
+        version=draft.version,
+        branch=draft.branch,
         state="open",
-        commit=facts.commit,
-        image=facts.new_image,
+        commit=draft.commit,
+        image=draft.new_image,
         pr_url=pr_url,
         denied=bool(denial),
         denial=denial,
@@ -326,13 +326,13 @@ async def _open_and_record(
     log.info(
         "upstream.proposed",
         lane=lane.name,
-        version=facts.version,
-        branch=facts.branch,
-        commit=facts.commit[:12],
+        version=draft.version,
+        branch=draft.branch,
+        commit=draft.commit[:12],
         denied=bool(denial),
         pr=pr_url,
         action=action,
     )
     return ProposalOutcome(
-        lane.name, action, facts.version, facts.branch, facts.commit, facts.new_image, pr_url, bool(denial), denial
+        lane.name, action, draft.version, draft.branch, draft.commit, draft.new_image, pr_url, bool(denial), denial
     )

@@ -20,7 +20,7 @@ from reconciler.daemon.evidencejob import benchmark_changed
 from reconciler.daemon.metrics import Metrics
 from reconciler.errors import InputError, LanesError
 from reconciler.execute.apply import ProgressEvent
-from reconciler.execute.cycle import CycleResult, Reconciler
+from reconciler.execute.cycle import CycleResult, CycleRunner
 from reconciler.execute.results import Result
 from reconciler.plan.steps import Cause
 from reconciler.source.loadcommit import LoadedCommit, load_commit
@@ -41,11 +41,11 @@ def log_progress(event: ProgressEvent) -> None:
 
 class CommitDecider:
     def __init__(
-        self, config: DaemonConfig, store: Store, reconciler: Reconciler, mirror: Mirror, metrics: Metrics
+        self, config: DaemonConfig, store: Store, runner: CycleRunner, mirror: Mirror, metrics: Metrics
     ) -> None:
         self.config = config
         self.store = store
-        self.reconciler = reconciler
+        self.runner = runner
         self.mirror = mirror
         self.metrics = metrics
         self.last_desired: DesiredState | None = None
@@ -83,7 +83,7 @@ class CommitDecider:
                 self.metrics.record_cycle(time.monotonic() - t0, error=exc.describe())
                 return "invalid"
             self.last_desired = loaded.desired
-            result = await self.reconciler.run_cycle(loaded, progress=log_progress)
+            result = await self.runner.run_cycle(loaded, progress=log_progress)
             outcome = self._outcome(result)
             self.metrics.record_cycle(time.monotonic() - t0, result.results)
             # Only what another reconciler or a host holds up is looked at again soon; a condemned spec
