@@ -58,6 +58,8 @@ def plan_to_json(result: CycleResult) -> dict[str, Any]:
                 "name": lp.lane,
                 "action": lp.action,
                 "reason": lp.reason,
+                "cause": lp.cause.value,
+                "drift": [d.to_json() for d in lp.drift],
                 "hosts": list(lp.hosts),
                 "steps": [{"kind": s.kind, "describe": s.describe()} for s in lp.steps],
             }
@@ -69,9 +71,8 @@ def plan_to_json(result: CycleResult) -> dict[str, Any]:
 
 def print_plan(result: CycleResult, console: Console) -> None:
     for lp in result.plan.lanes:
-        color = {"deploy": "cyan", "stop": "magenta", "noop": "green", "denied": "red", "fail": "red"}.get(
-            lp.action, "yellow"
-        )
+        colors = {"deploy": "cyan", "verify": "cyan", "stop": "magenta", "noop": "green", "denied": "red", "fail": "red"}
+        color = colors.get(lp.action, "yellow")
         console.print(f"[{color}]{lp.action:7}[/] [bold]{lp.lane}[/]: {lp.reason}", highlight=False)
         for i, step in enumerate(lp.steps, 1):
             console.print(f"          {i}. {step.describe()}", highlight=False)
