@@ -69,10 +69,12 @@ def plan_to_json(result: CycleResult) -> dict[str, Any]:
     }
 
 
+ACTION_COLORS = {"deploy": "cyan", "verify": "cyan", "stop": "magenta", "noop": "green", "denied": "red", "fail": "red"}
+
+
 def print_plan(result: CycleResult, console: Console) -> None:
     for lp in result.plan.lanes:
-        colors = {"deploy": "cyan", "verify": "cyan", "stop": "magenta", "noop": "green", "denied": "red", "fail": "red"}
-        color = colors.get(lp.action, "yellow")
+        color = ACTION_COLORS.get(lp.action, "yellow")
         console.print(f"[{color}]{lp.action:7}[/] [bold]{lp.lane}[/]: {lp.reason}", highlight=False)
         for i, step in enumerate(lp.steps, 1):
             console.print(f"          {i}. {step.describe()}", highlight=False)
