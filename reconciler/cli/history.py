@@ -103,7 +103,14 @@ def _when(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(epoch))
 
 
-_COLORS = {"applied": "green", "denied": "red", "failed": "red", "refused": "red", "rolled-back": "yellow"}
+_COLORS = {
+    "applied": "green",
+    "verified": "green",
+    "denied": "red",
+    "failed": "red",
+    "refused": "red",
+    "rolled-back": "yellow",
+}
 
 
 def _outcome(entry: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ NOTES_REF = "refs/notes/lanes"
 NOTE_MARKER = "lanes_note"
 """Key that marks a JSON line as ours, so a person's free text is never mistaken for a verdict."""
 
-_VERBS = {"rolled-back": "rolled back", "noop": "unchanged"}
+_VERBS = {"rolled-back": "rolled back", "noop": "unchanged", "verified": "verified (seen ready)"}
 
 
 def verdict_lines(verdict: Mapping[str, Any]) -> list[str]:
