@@ -1,4 +1,4 @@
-"""The local watch: a commit wakes the daemon well within a second; bursts are one call."""
+"""The local watch: a commit wakes the daemon; bursts are one call; notes and other files do not."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from reconciler.source.mirror import Mirror
 from reconciler.source.notes import write_verdict_note
-from reconciler.source.watch import git_dir, ref_filter, watch_refs
+from reconciler.source.watch import RefWatch, git_dir, is_ref_change, watch_refs
 from tests.source.gitutil import commit, forge_and_clone, git, push
 
 pytestmark = pytest.mark.timeout(30)
@@ -168,20 +168,41 @@ async def test_the_stop_event_ends_the_watch(tmp_path: Path) -> None:
     await asyncio.wait_for(task, 5)  # no change comes: only the stop event can end it
 
 
-def test_the_filter_keeps_refs_head_and_packed_refs_only(tmp_path: Path) -> None:
+def test_only_refs_head_and_packed_refs_count(tmp_path: Path) -> None:
     repo = pygit2.init_repository(str(tmp_path / "r"), bare=False)
-    gd = git_dir(tmp_path / "r")
-    assert gd == Path(repo.path).resolve()
-    keep = ref_filter([gd])
-    from watchfiles import Change
+    assert git_dir(tmp_path / "r") == Path(repo.path).resolve()
+    for rel in ("refs/heads/main", "refs/remotes/origin/main", "refs/tags/v1", "packed-refs", "HEAD"):
+        assert is_ref_change(rel), rel
+    for rel in ("refs/heads/main.lock", "refs/notes/lanes", "refs/notes-origin/lanes", "objects/ab/cdef"):
+        assert not is_ref_change(rel), rel
+    assert not is_ref_change("FETCH_HEAD") and not is_ref_change("index") and not is_ref_change("logs/HEAD")
 
-    assert keep(Change.modified, f"{gd}/refs/heads/main")
-    assert keep(Change.added, f"{gd}/refs/remotes/origin/main")
-    assert keep(Change.modified, f"{gd}/packed-refs")
-    assert keep(Change.modified, f"{gd}/HEAD")
-    assert not keep(Change.modified, f"{gd}/refs/heads/main.lock")
-    assert not keep(Change.modified, f"{gd}/refs/notes/lanes")
-    assert not keep(Change.modified, f"{gd}/refs/notes-origin/lanes")
-    assert not keep(Change.modified, f"{gd}/objects/ab/cdef")
-    assert not keep(Change.modified, f"{gd}/FETCH_HEAD")
-    assert not keep(Change.modified, f"{tmp_path}/r/state/refs/heads/x")
+
+async def test_a_branch_in_a_new_folder_and_a_deleted_branch_wake_it(tmp_path: Path) -> None:
+    """A ref renamed into a folder that did not exist a moment before is seen, and so is a removal."""
+    repo = pygit2.init_repository(str(tmp_path / "state"), bare=True, initial_head="main")
+    sha = commit(repo, {"f": b"0"}, "first")
+    calls = Calls()
+    async with watching([tmp_path / "state"], calls):
+        repo.references.create("refs/heads/team/deep/feature", sha)
+        await calls.next()
+        repo.references.delete("refs/heads/team/deep/feature")
+        await calls.next()
+        # The new folders are watched too: a ref moved in one of them is a change.
+        repo.references.create("refs/heads/team/other", sha)
+        await calls.next()
+
+
+async def test_notes_folders_are_not_watched_and_nothing_runs_while_idle(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "state"), bare=True, initial_head="main")
+    sha = commit(repo, {"f": b"0"}, "first")
+    write_verdict_note(repo, sha, {"summary": "applied"})
+    with RefWatch([git_dir(tmp_path / "state")]) as watch:
+        folders = sorted(rel for _, rel in watch._folders.values())
+        assert folders == ["", "refs", "refs/heads", "refs/tags"]
+        assert not watch.read()  # no event yet, and reading does not block
+        write_verdict_note(repo, sha, {"summary": "applied again"})
+        (tmp_path / "state" / "FETCH_HEAD").write_text("x")
+        assert not watch.read()
+        commit(repo, {"f": b"1"}, "second")
+        assert watch.read()

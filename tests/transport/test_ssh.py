@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import asyncssh
 import pytest
@@ -161,6 +162,20 @@ async def test_connection_found_dead_is_reopened_once(
     assert result.stdout == "second\n"
     assert ssh_server.connections_opened == 2
     assert ssh_server.execs == [["echo", "first"], ["echo", "second"]]
+
+
+async def test_an_idle_connection_is_watched_by_the_kernel_not_by_ssh_keepalives(
+    ssh: SSHTransport, target: HostTarget
+) -> None:
+    """TCP keepalive (60 s idle, then a probe every 20 s, dropped after 3): no daemon wake-up per
+    connection while idle, a silent host still noticed within 2 minutes."""
+    await ssh.run(target, ["echo", "x"])
+    (conn,) = ssh._conns.values()
+    sock = conn.get_extra_info("socket")
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    options = (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT, socket.TCP_USER_TIMEOUT)
+    assert [sock.getsockopt(socket.IPPROTO_TCP, o) for o in options] == [60, 20, 3, 120_000]
+    assert conn._keepalive_interval == 0  # asyncssh sends no keepalive request of its own
 
 
 async def test_unknown_host_key_is_refused_before_any_command(ssh_server: FakeSSHServer, target: HostTarget) -> None:
