@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.harness import run_lanes
 from tests.support.example import EUGR, PRODUCTION, ROOT
+from tests.support.lanesproc import run_lanes
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 

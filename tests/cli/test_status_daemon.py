@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from reconciler.cli.daemonview import DaemonView, trouble_lines
 from reconciler.cli.main import app
-from tests.daemon.harness import free_port
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -28,21 +28,14 @@ import pygit2
 import pytest
 from typer.testing import CliRunner
 
-from reconciler.cli.demo import stop_demo
 from reconciler.cli.main import app
-from tests.daemon.harness import (
-    EUGR,
-    PROD_HOSTS,
-    PRODUCTION,
-    StateRepo,
-    fast_files,
-    free_port,
-    lane_health,
-    sim_for_example,
-    spawn_daemon,
-    wait_for,
-    write_config,
-)
+from tests.support.example import EUGR, PROD_HOSTS, PRODUCTION, fast_files
+from tests.support.gitrepo import StateRepo
+from tests.support.lanesproc import end_process, spawn_daemon, write_config
+from tests.support.net import free_port
+from tests.support.sparks import sim_for_example, stop_sparks
+from tests.support.storeview import lane_health
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -99,9 +92,8 @@ async def test_a_canary_secret_appears_only_in_the_hosts_env_files(tmp_path: Pat
     quick: dict[str, dict[str, Any]] = {lane: {"bench_profile": "quick"} for lane in (EUGR, PRODUCTION)}
     first = repo.commit(fast_files(**quick), "initial fleet")
     port = free_port()
-    config = write_config(tmp_path, repo.path, env, http_port=port)
-    text = config.read_text().replace('log_level = "warning"', 'log_level = "debug"')
-    config.write_text(text + "[bench]\nenabled = true\n")
+    config = write_config(tmp_path, repo.path, env, http_port=port, log_level="debug")
+    config.write_text(config.read_text() + "[bench]\nenabled = true\n")
     log_path = tmp_path / "daemon.log"
     db = tmp_path / "daemon.db"
     proc: asyncio.subprocess.Process | None = None
@@ -156,9 +148,7 @@ async def test_a_canary_secret_appears_only_in_the_hosts_env_files(tmp_path: Pat
             assert [name for name, data in swept if encoded.encode() in data] == []
         assert b"hf-token" in log_path.read_bytes() or any(b"hf-token" in d for _, d in outputs + swept)
     finally:
-        if proc is not None:
-            proc.kill()
-            await proc.wait()
-        await stop_demo(env)
+        await end_process(proc)
+        await stop_sparks(env)
         with contextlib.suppress(OSError):
             print(json.dumps({"log_bytes": log_path.stat().st_size}))

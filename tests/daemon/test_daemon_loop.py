@@ -15,7 +15,6 @@ import pygit2
 import pytest
 from typer.testing import CliRunner
 
-from reconciler.cli.demo import DemoEnv, stop_demo
 from reconciler.cli.main import app
 from reconciler.daemon.config import load_config
 from reconciler.daemon.notify import Notifier
@@ -23,18 +22,14 @@ from reconciler.daemon.service import Daemon
 from reconciler.source.notes import read_note
 from reconciler.source.webhook import sign
 from reconciler.store.journal import Store
-from tests.daemon.harness import (
-    EUGR,
-    PRODUCTION,
-    StateRepo,
-    fast_files,
-    free_port,
-    lane_health,
-    sim_for_example,
-    wait_for,
-    write_config,
-)
 from tests.source.test_signatures import signed_commit, ssh_key, ssh_sign
+from tests.support.example import EUGR, PRODUCTION, fast_files
+from tests.support.gitrepo import StateRepo
+from tests.support.lanesproc import write_config
+from tests.support.net import free_port
+from tests.support.sparks import DemoEnv, sim_for_example, stop_sparks
+from tests.support.storeview import lane_health
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 _salt = itertools.count(1)
@@ -64,26 +59,36 @@ async def start(
     tmp: Path, *, extra: str = "", files: dict[str, bytes] | None = None, bare: bool = False, append: str = ""
 ) -> Running:
     env = await sim_for_example(tmp, next(_salt))
-    repo = StateRepo(tmp / "state-repo", bare=bare)
-    head = repo.commit(files if files is not None else fast_files(), "initial fleet")
-    port = free_port()
-    config_path = write_config(tmp, repo.path, env, http_port=port, extra=extra)
-    if append:
-        config_path.write_text(config_path.read_text() + append)
-    config = load_config(config_path)
-    daemon = Daemon(config, notifier=Notifier(None), install_signals=False)
+    try:
+        repo = StateRepo(tmp / "state-repo", bare=bare)
+        head = repo.commit(files if files is not None else fast_files(), "initial fleet")
+        port = free_port()
+        config_path = write_config(tmp, repo.path, env, http_port=port, extra=extra)
+        if append:
+            config_path.write_text(config_path.read_text() + append)
+        config = load_config(config_path)
+        daemon = Daemon(config, notifier=Notifier(None), install_signals=False)
+    except BaseException:
+        await stop_sparks(env)
+        raise
     task = asyncio.create_task(daemon.run())
     running = Running(tmp, env, repo, daemon, task, port)
-    if not extra:
-        await running.converged(EUGR, head)
-        await running.converged(PRODUCTION, head)
+    try:
+        if not extra:
+            await running.converged(EUGR, head)
+            await running.converged(PRODUCTION, head)
+    except BaseException:  # a start that fails leaves no daemon task and no simulated host behind
+        await stop(running)
+        raise
     return running
 
 
 async def stop(running: Running) -> None:
     running.daemon.request_stop()
-    assert await asyncio.wait_for(running.task, 30) == 0
-    await stop_demo(running.env)
+    try:
+        assert await asyncio.wait_for(running.task, 30) == 0
+    finally:
+        await stop_sparks(running.env)
 
 
 @pytest.fixture
@@ -255,7 +260,7 @@ async def test_a_resync_of_an_unchanged_head_does_not_parse_the_commit_again(
         parsed.append(str(args[1]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("reconciler.daemon.verdicts.load_commit", counting)
+    monkeypatch.setattr("reconciler.daemon.decider.load_commit", counting)
     for _ in range(2):
         before = running.commands()
         running.daemon.trigger.kick("resync")

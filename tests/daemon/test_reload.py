@@ -3,50 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 from pathlib import Path
 
 import pytest
 
-from reconciler.cli.demo import stop_demo
 from reconciler.facts.commands import LeaseRequest
-from tests.daemon.harness import (
-    PRODUCTION,
-    StateRepo,
-    fast_files,
-    free_port,
-    lane_health,
-    sim_for_example,
-    spawn_daemon,
-    wait_for,
-    write_config,
-)
+from tests.support.example import PRODUCTION, fast_files
+from tests.support.gitrepo import StateRepo
+from tests.support.lanesproc import end_process, log_events, spawn_daemon, write_config
+from tests.support.net import free_port
+from tests.support.sparks import sim_for_example, stop_sparks
+from tests.support.storeview import lane_health
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
-
-
-def events(log: Path) -> list[dict[str, object]]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
-
-
-def logged(log: Path, event: str) -> list[dict[str, object]]:
-    return [e for e in events(log) if e.get("event") == event]
 
 
 async def test_sighup_reloads_good_settings_and_refuses_a_broken_file(tmp_path: Path) -> None:
     env = await sim_for_example(tmp_path, 189)
     repo = StateRepo(tmp_path / "state-repo")
     first = repo.commit(fast_files(), "initial fleet")
-    config = write_config(tmp_path, repo.path, env, http_port=free_port())
-    config.write_text(config.read_text().replace('log_level = "warning"', 'log_level = "info"'))
+    config = write_config(tmp_path, repo.path, env, http_port=free_port(), log_level="info")
     good = config.read_text()
     log = tmp_path / "daemon.log"
     db = tmp_path / "daemon.db"
@@ -57,8 +35,8 @@ async def test_sighup_reloads_good_settings_and_refuses_a_broken_file(tmp_path: 
 
         config.write_text(good + "\n[daemon\nbroken = \n")
         proc.send_signal(signal.SIGHUP)
-        await wait_for(lambda: bool(logged(log, "config.reload_failed")), 30, "the refusal of the broken file")
-        failed = logged(log, "config.reload_failed")[0]
+        await wait_for(lambda: bool(log_events(log, "config.reload_failed")), 30, "the refusal of the broken file")
+        failed = log_events(log, "config.reload_failed")[0]
         assert str(config) in str(failed["path"]) and failed["error"]
 
         # Still running on the old settings: a new commit converges.
@@ -68,7 +46,7 @@ async def test_sighup_reloads_good_settings_and_refuses_a_broken_file(tmp_path: 
         # A good file with a new owner: reloaded, and the next apply's leases carry the new owner.
         config.write_text(good.replace('owner = "lanes-test"', 'owner = "lanes-reloaded"'))
         proc.send_signal(signal.SIGHUP)
-        await wait_for(lambda: bool(logged(log, "config.reloaded")), 30, "the reload")
+        await wait_for(lambda: bool(log_events(log, "config.reloaded")), 30, "the reload")
         runtime = env.fleet.runtime("dgx1")
         seen_owners: set[str] = set()
         original = runtime.facts.lease
@@ -87,7 +65,5 @@ async def test_sighup_reloads_good_settings_and_refuses_a_broken_file(tmp_path: 
         assert await asyncio.wait_for(proc.wait(), 30) == 0
         proc = None
     finally:
-        if proc is not None:
-            proc.kill()
-            await proc.wait()
-        await stop_demo(env)
+        await end_process(proc)
+        await stop_sparks(env)

@@ -10,7 +10,6 @@ from typing import Any
 import pygit2
 import pytest
 
-from reconciler.cli.demo import start_sim, stop_demo
 from reconciler.daemon.config import load_config
 from reconciler.daemon.evidencejob import benchmark_changed
 from reconciler.daemon.trialjob import make_trial
@@ -19,7 +18,11 @@ from reconciler.source.mirror import Mirror
 from reconciler.spec.upstream import GitHubReleases
 from reconciler.upstream import PollSettings, ProposalSettings, UpstreamStore, poll_source, propose_all
 from reconciler.upstream.forge import ForgeSettings
-from tests.daemon.harness import EUGR, PRODUCTION, StateRepo, fast_files, free_port, write_config
+from tests.support.example import EUGR, PRODUCTION, fast_files
+from tests.support.gitrepo import StateRepo
+from tests.support.lanesproc import write_config
+from tests.support.net import free_port
+from tests.support.sparks import start_sparks, stop_sparks
 from tests.upstream.fixtures import local_upstreams
 from tests.upstream.servers import FakeForge, FakeGitHub, FakeRegistry, LocalServer
 
@@ -58,7 +61,7 @@ async def test_a_candidate_is_tried_on_spare_hosts_and_compared_in_the_pull_requ
         mirror = Mirror(str(forge_repo.path), tmp_path / "mirror")
         head = mirror.fetch()
         loaded = load_commit(mirror.repo, head)
-        env = await start_sim(loaded, tmp_path / "sim", base_address=f"127.{60 + next(_salt) % 20}.{next(_salt)}.")
+        env = await start_sparks(loaded, tmp_path / "sim", base_address=f"127.{60 + next(_salt) % 20}.{next(_salt)}.")
         try:
             model = loaded.desired.models[loaded.desired.lanes[PRODUCTION].model]
             for host in SPARE:
@@ -67,7 +70,7 @@ async def test_a_candidate_is_tried_on_spare_hosts_and_compared_in_the_pull_requ
             config_path.write_text(config_path.read_text().replace("[ssh]", "[bench]\nenabled = true\n[ssh]", 1))
             config = load_config(config_path)
             # Production runs and has evidence on main: the baseline of the comparison.
-            result = await env.reconciler.run_cycle(loaded)
+            result = await env.runner.run_cycle(loaded)
             assert {r.lane: r.result for r in result.results}[PRODUCTION] == "applied"
             assert await benchmark_changed(config, loaded.desired, result, mirror, env.store)
 
@@ -88,7 +91,7 @@ async def test_a_candidate_is_tried_on_spare_hosts_and_compared_in_the_pull_requ
                     ),
                     poll=poll,
                 )
-                trial = make_trial(config, env.reconciler, mirror)
+                trial = make_trial(config, env.runner, mirror)
                 outcomes = await propose_all(mirror.repo, store, settings, trial=trial)
             opened = [o for o in outcomes if o.lane == PRODUCTION]
             assert opened and opened[0].action == "opened", outcomes
@@ -105,7 +108,7 @@ async def test_a_candidate_is_tried_on_spare_hosts_and_compared_in_the_pull_requ
                 assert running == [f"lanes-{PRODUCTION}-r{int(host[-1]) - 1}"]
             assert LoadedCommit  # the type the trial hands to the reconciler
         finally:
-            await stop_demo(env)
+            await stop_sparks(env)
     finally:
         for server in servers:
             server.close()

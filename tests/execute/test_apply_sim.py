@@ -8,8 +8,8 @@ import stat
 import pytest
 
 from reconciler.plan.steps import WaitReady
-from tests.execute.conftest import World
 from tests.support.example import EUGR, GLM, PRODUCTION, with_lane
+from tests.support.world import World
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 PROD_HOSTS = ["dgx1", "dgx2", "dgx3", "dgx4"]
@@ -20,7 +20,7 @@ def lane_containers(world: World, lane: str) -> dict[str, dict[str, str]]:
     """host -> labels of the running containers of `lane`."""
     out = {}
     for host in world.state.hosts:
-        for labels in world.containers(host).values():
+        for labels in world.labels(host).values():
             if labels.get("lanes.lane") == lane:
                 out[host] = labels
     return out

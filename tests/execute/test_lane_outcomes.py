@@ -19,8 +19,8 @@ import pytest
 from reconciler.execute.hostops import HostOps
 from reconciler.plan.health import FLAP_LIMIT
 from reconciler.plan.steps import Cause
-from tests.execute.conftest import World
 from tests.support.example import EUGR, EUGR_REPO, PRODUCTION, with_lane
+from tests.support.world import World
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,8 +18,8 @@ import pytest
 from reconciler.execute import gate as gate_module
 from reconciler.execute.readiness import GateResult, wait_ready
 from reconciler.spec.lane import Health
-from tests.execute.conftest import FAST_HEALTH, World
-from tests.support.example import PRODUCTION, with_lane
+from tests.support.example import FAST_HEALTH, PRODUCTION, with_lane
+from tests.support.world import World
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -63,7 +63,7 @@ async def test_a_transaction_whose_gate_swallows_the_cancel_still_takes_the_shut
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await world.cycle()
-    old = {h: set(world.containers(h)) for h in ("dgx1", "dgx2", "dgx3", "dgx4")}
+    old = {h: set(world.labels(h)) for h in ("dgx1", "dgx2", "dgx3", "dgx4")}
     slow = world.fleet.registry.add("aidendle94/sparkrun-sglang-dsv41-gb10:slow", env={"STANDIN_LOAD_S": "60"}).pinned
     gate_entered = asyncio.Event()
 
@@ -88,5 +88,5 @@ async def test_a_transaction_whose_gate_swallows_the_cancel_still_takes_the_shut
     assert record.health == "progressing", record.last_error
     assert record.last_error is not None and "interrupted by shutdown" in record.last_error
     for host, names in old.items():
-        assert set(world.containers(host)) == names, host
+        assert set(world.labels(host)) == names, host
     assert not world.store.in_flight()

@@ -24,30 +24,18 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.cli.demo import stop_demo
 from reconciler.errors import TransientError
 from reconciler.facts.commands import lease_argv
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.observe.probe import lease_file as lease_file_of
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.store.journal import Store
-from tests.daemon.harness import sim_for_example
-from tests.execute.conftest import fast
-from tests.faults.controlfaults_fixtures import (
-    EUGR,
-    EUGR_HOSTS,
-    PROD_HOSTS,
-    PRODUCTION,
-    ControlWorld,
-    DaemonProc,
-    checkpoint_wal,
-    control_world,
-    fill,
-    reopen,
-    small_disk,
-    wait_for,
-)
-from tests.support.example import example_policies, example_state
+from tests.support.disk import checkpoint_wal, fill, small_disk
+from tests.support.example import EUGR, EUGR_HOSTS, PROD_HOSTS, PRODUCTION, example_policies, example_state, fast
+from tests.support.lanesproc import DaemonProc
+from tests.support.sparks import sim_for_example, stop_sparks
+from tests.support.waiting import wait_for
+from tests.support.world import World, control_world
 
 DAEMONS = pytest.mark.timeout(240)  # each daemon test takes 20-30 s on two cores; room for a loaded machine
 _salt = itertools.count(401)
@@ -56,7 +44,7 @@ SETTLE_S = 5.0
 """How long a test lets a fault sit (several of the daemon's 2 s retries) before checking nothing moved."""
 
 
-async def _end_state(world: ControlWorld, d: DaemonProc, head: str, image: str, eugr: tuple[str, str]) -> None:
+async def _end_state(world: World, d: DaemonProc, head: str, image: str, eugr: tuple[str, str]) -> None:
     """Production runs `image` from `head`, EUGR is untouched, and every record says so."""
     assert world.lane_runs(PRODUCTION, PROD_HOSTS, head, image)
     assert world.lane_runs(EUGR, EUGR_HOSTS, *eugr)
@@ -81,7 +69,7 @@ async def _end_state(world: ControlWorld, d: DaemonProc, head: str, image: str, 
 async def test_a_full_journal_disk_changes_no_host_says_why_and_applies_once_space_returns(tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk") as disk:
         async with control_world(tmp_path, next(_salt)) as world:
-            d = world.daemon("a", db=disk / "lanes.db")
+            d = world.add_daemon("a", db=disk / "lanes.db")
             await d.start()
             first = world.repo.head()
             await d.converged(first)
@@ -131,7 +119,7 @@ async def test_a_full_journal_disk_changes_no_host_says_why_and_applies_once_spa
 async def test_the_disk_filling_up_mid_apply_holds_the_records_and_loses_none(tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk") as disk:
         async with control_world(tmp_path, next(_salt)) as world:
-            d = world.daemon("a", db=disk / "lanes.db")
+            d = world.add_daemon("a", db=disk / "lanes.db")
             await d.start()
             first = world.repo.head()
             await d.converged(first)
@@ -226,7 +214,7 @@ def test_writes_the_database_refuses_are_held_in_order_and_written_once_it_takes
 async def test_an_unreachable_remote_keeps_the_last_commit_and_converges_when_it_is_back(tmp_path: Path) -> None:
     async with control_world(tmp_path, next(_salt), bare=True) as world:
         origin = world.repo.path
-        d = world.daemon("a", url=f"file://{origin}", fetch_s=1)
+        d = world.add_daemon("a", url=f"file://{origin}", fetch_s=1)
         await d.start()
         first = world.repo.head()
         await d.converged(first)
@@ -235,7 +223,7 @@ async def test_an_unreachable_remote_keeps_the_last_commit_and_converges_when_it
 
         away = origin.with_name("origin-away.git")
         origin.rename(away)
-        reopen(world.repo, away)
+        world.repo.reopen(away)
         bump = world.image("bump-remote")
         head = world.commit(
             "production: bump, pushed while the daemon cannot reach the remote", {PRODUCTION: {"image": bump}}
@@ -261,7 +249,7 @@ async def test_an_unreachable_remote_keeps_the_last_commit_and_converges_when_it
         assert f"fetch of file://{origin} failing" in table and "last fetched commit keeps running" in table
 
         away.rename(origin)
-        reopen(world.repo, origin)
+        world.repo.reopen(origin)
         await d.converged(head, lanes=(PRODUCTION,))
         recovered = d.events("repo.fetch_recovered")
         assert recovered and recovered[0]["down_s"] > 0
@@ -280,7 +268,7 @@ async def test_an_unreachable_remote_keeps_the_last_commit_and_converges_when_it
 @DAEMONS
 async def test_a_force_push_during_an_apply_ends_with_only_the_new_branch_running(tmp_path: Path) -> None:
     async with control_world(tmp_path, next(_salt)) as world:
-        d = world.daemon("a")
+        d = world.add_daemon("a")
         await d.start()
         first = world.repo.head()
         await d.converged(first)
@@ -325,7 +313,7 @@ async def test_a_lease_outlives_its_ttl_while_the_transaction_holding_it_runs(tm
         short = dataclasses.replace(state, fleet=state.fleet.model_copy(update={"lease_ttl_s": 2}))
         for host in PROD_HOSTS:
             env.fleet.runtime(host).latency["docker run"] = 3.0  # the start step outlasts the 2 s lease
-        cycle = asyncio.create_task(env.reconciler.run_cycle(LoadedCommit(state.commit, short, example_policies())))
+        cycle = asyncio.create_task(env.runner.run_cycle(LoadedCommit(state.commit, short, example_policies())))
         runtime = env.fleet.runtime(PROD_HOSTS[0])
         lease_file = lease_file_of(short)
         await wait_for(lambda: lease_file in runtime.facts.leases, 30, "the lease on dgx1", 0.01)
@@ -347,7 +335,7 @@ async def test_a_lease_outlives_its_ttl_while_the_transaction_holding_it_runs(tm
         }
         assert runtime.facts.leases.get(lease_file) is None  # given back at the end
     finally:
-        await stop_demo(env)
+        await stop_sparks(env)
 
 
 @pytest.mark.slow
@@ -355,7 +343,7 @@ async def test_a_lease_outlives_its_ttl_while_the_transaction_holding_it_runs(tm
 async def test_two_daemons_on_one_fleet_take_turns_by_lease_and_agree(tmp_path: Path) -> None:
     async with control_world(tmp_path, next(_salt)) as world:
         world.record_acts()
-        a, b = world.daemon("a"), world.daemon("b")
+        a, b = world.add_daemon("a"), world.add_daemon("b")
         await asyncio.gather(a.start(), b.start())
         first = world.repo.head()
         await asyncio.gather(a.converged(first), b.converged(first))

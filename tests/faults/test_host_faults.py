@@ -20,18 +20,9 @@ from reconciler.errors import HostUnreachableError
 from reconciler.sim.registry import DOCKER_HUB, Outage, SimRegistry
 from reconciler.sim.runtime import SimContainerRuntime
 from reconciler.transport import HostTarget, SSHTransport
-from tests.daemon.harness import wait_for
-from tests.faults.hostfaults_fixtures import (
-    EUGR,
-    EUGR_HOSTS,
-    EUGR_REPO,
-    PROD_HOSTS,
-    PROD_REPO,
-    PRODUCTION,
-    cycle_world,
-    daemon_world,
-)
-from tests.support.example import example_state
+from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PROD_HOSTS, PROD_REPO, PRODUCTION, example_state
+from tests.support.waiting import wait_for
+from tests.support.world import cycle_world, daemon_world
 from tests.transport.sshfake import FakeSSHServer
 
 pytestmark = [pytest.mark.slow]
@@ -48,7 +39,7 @@ async def test_a_host_rebooted_mid_apply_fails_the_lane_cleanly_and_it_converges
         old_image = w.image_of(PRODUCTION)
         eugr_before = w.snapshot(EUGR_HOSTS)
         new_image = w.env.fleet.registry.add(f"{PROD_REPO}:reboot", env={"STANDIN_LOAD_S": "5"}).pinned
-        head = w.commit("production: bump (a host reboots)", **{PRODUCTION: {"image": new_image}})
+        head = w.commit("production: bump (a host reboots)", {PRODUCTION: {"image": new_image}})
         await wait_for(lambda: w.journal_has(PRODUCTION, "wait-ready", head), 60, "the readiness wait", 0.01)
 
         lost = await w.faults.reboot("dgx3")  # a worker rank's host: power gone, sshd gone
@@ -65,7 +56,7 @@ async def test_a_host_rebooted_mid_apply_fails_the_lane_cleanly_and_it_converges
             want = [] if host == "dgx3" else [(f"lanes-{PRODUCTION}-r{rank}", "running", first, old_image)]
             assert boxes == want, host
         assert w.snapshot(EUGR_HOSTS) == eugr_before
-        status = await w.status()
+        status = await w.lanes_status()
         assert status[PRODUCTION]["health"] == "failed"
         assert status[PRODUCTION]["commit"] == first and status[PRODUCTION]["desired_commit"] == head
         assert "dgx3" in status[PRODUCTION]["last_error"]
@@ -75,15 +66,15 @@ async def test_a_host_rebooted_mid_apply_fails_the_lane_cleanly_and_it_converges
         await w.faults.boot("dgx3")
         code, out, err = await w.lanes("retry", PRODUCTION, "--db", str(w.db))
         assert code == 0 and "cleared" in out, (out, err)
-        w.kick()
-        await w.converged(head, (PRODUCTION,))
+        w.daemon.kick()
+        await w.deployed(head, (PRODUCTION,))
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, head, new_image)
         assert w.snapshot(EUGR_HOSTS) == eugr_before
         assert [a["result"] for a in w.applies(PRODUCTION, head)] == ["failed", "applied"]
         assert w.unfinished_steps() == []
-        status = await w.status()
+        status = await w.lanes_status()
         assert (status[PRODUCTION]["health"], status[PRODUCTION]["last_error"]) == ("healthy", None)
-        assert await w.stop_daemon() == 0
+        assert await w.daemon.stop() == 0
 
 
 @pytest.mark.timeout(120)
@@ -93,7 +84,7 @@ async def test_a_head_host_rebooted_mid_apply_and_back_at_once_is_rolled_back_to
         old_image = w.image_of(PRODUCTION)
         eugr_before = w.snapshot(EUGR_HOSTS)
         new_image = w.env.fleet.registry.add(f"{PROD_REPO}:reboot-head", env={"STANDIN_LOAD_S": "5"}).pinned
-        head = w.commit("production: bump (the head reboots)", **{PRODUCTION: {"image": new_image}})
+        head = w.commit("production: bump (the head reboots)", {PRODUCTION: {"image": new_image}})
         cycle = asyncio.create_task(w.cycle())
         await wait_for(lambda: w.journal_has(PRODUCTION, "wait-ready", head), 60, "the readiness wait", 0.01)
         # The head's host goes down and comes straight back; docker kept its records: exited, not running.
@@ -110,7 +101,7 @@ async def test_a_head_host_rebooted_mid_apply_and_back_at_once_is_rolled_back_to
         assert apply["result"] == "rolled-back" and "dgx1" in apply["error"]
         assert [r["kind"] for r in w.journal(PRODUCTION, head)][-2:] == ["wait-ready", "rollback"]
         assert w.unfinished_steps() == []
-        status = await w.status()
+        status = await w.lanes_status()
         assert (status[PRODUCTION]["health"], status[PRODUCTION]["commit"]) == ("degraded", first)
         assert "dgx1" in status[PRODUCTION]["last_error"] and "rolled back" in status[PRODUCTION]["last_error"]
 
@@ -139,7 +130,7 @@ async def test_a_link_cut_during_the_pull_keeps_the_old_ranks_and_the_resync_con
         new_image = w.env.fleet.registry.add(f"{EUGR_REPO}:linkcut", env={"STANDIN_LOAD_S": "1"}).pinned
         for host in EUGR_HOSTS:
             w.env.fleet.runtime(host).latency["docker pull"] = 3.0  # a pull long enough to cut the cable in
-        head = w.commit("eugr: bump (a link is cut)", **{EUGR: {"image": new_image}})
+        head = w.commit("eugr: bump (a link is cut)", {EUGR: {"image": new_image}})
         pulling = ["docker", "pull", new_image]
         await wait_for(lambda: pulling in w.env.fleet.commands_seen("dgx6"), 60, "the pull on dgx6", 0.01)
         await w.faults.cut_link("dgx6")  # the pull's connection drops, new ones hang until the connect timeout
@@ -151,7 +142,7 @@ async def test_a_link_cut_during_the_pull_keeps_the_old_ranks_and_the_resync_con
         # Nothing was stopped: the old ranks, dgx6's included (its engine never noticed the cable), still run.
         assert w.snapshot(EUGR_HOSTS) == eugr_before
         assert w.snapshot(PROD_HOSTS) == prod_before
-        status = await w.status()
+        status = await w.lanes_status()
         assert status[EUGR]["health"] == "degraded" and status[EUGR]["commit"] == first
         assert "dgx6" in status[EUGR]["last_error"]
         assert status[PRODUCTION]["health"] == "healthy"
@@ -161,14 +152,14 @@ async def test_a_link_cut_during_the_pull_keeps_the_old_ranks_and_the_resync_con
         for host in EUGR_HOSTS:
             w.env.fleet.runtime(host).latency.clear()
         await w.faults.restore_link("dgx6")
-        await w.converged(head, (EUGR,))
+        await w.deployed(head, (EUGR,))
         assert w.lane_runs(EUGR, EUGR_HOSTS, head, new_image)
         assert w.snapshot(PROD_HOSTS) == prod_before
         assert [a["result"] for a in w.applies(EUGR, head)] == ["failed", "applied"]
         assert old_image != new_image and w.unfinished_steps() == []
-        status = await w.status()
+        status = await w.lanes_status()
         assert (status[EUGR]["health"], status[EUGR]["commit"], status[EUGR]["last_error"]) == ("healthy", head, None)
-        assert await w.stop_daemon() == 0
+        assert await w.daemon.stop() == 0
 
 
 @pytest.mark.timeout(120)
@@ -185,7 +176,7 @@ async def test_a_link_cut_between_cycles_blocks_only_its_lanes_and_heals_without
         assert "dgx6" in error and "timed out" in error, error
         assert w.snapshot(PROD_HOSTS + EUGR_HOSTS) == before  # dgx6's rank serves on behind the cut
         assert w.journal(EUGR, first)[-1]["kind"] == "wait-ready"  # no step since the first deploy
-        status = await w.status()
+        status = await w.lanes_status()
         assert status[EUGR]["health"] == "degraded" and "dgx6" in status[EUGR]["last_error"]
         assert status[PRODUCTION]["health"] == "healthy" and status[PRODUCTION]["last_error"] is None
 
@@ -193,7 +184,7 @@ async def test_a_link_cut_between_cycles_blocks_only_its_lanes_and_heals_without
         result = await w.cycle()
         assert result.plan.empty
         assert w.snapshot(PROD_HOSTS + EUGR_HOSTS) == before  # healed by looking, not by restarting
-        status = await w.status()
+        status = await w.lanes_status()
         assert (status[EUGR]["health"], status[EUGR]["commit"], status[EUGR]["last_error"]) == ("healthy", first, None)
 
 
@@ -210,9 +201,9 @@ async def test_sshd_refusing_the_key_is_a_clear_error_for_that_host_only_and_rec
         eugr_image = w.env.fleet.registry.add(f"{EUGR_REPO}:keys", env={"STANDIN_LOAD_S": "1"}).pinned
         head = w.commit(
             "both lanes: bump (dgx6 refuses our key)",
-            **{PRODUCTION: {"image": prod_image}, EUGR: {"image": eugr_image}},
+            {PRODUCTION: {"image": prod_image}, EUGR: {"image": eugr_image}},
         )
-        await w.converged(head, (PRODUCTION,))
+        await w.deployed(head, (PRODUCTION,))
         await wait_for(lambda: bool(w.commit_outcome(head)), 60, "the daemon's verdict on the commit")
 
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, head, prod_image)  # the other lane went ahead
@@ -220,7 +211,7 @@ async def test_sshd_refusing_the_key_is_a_clear_error_for_that_host_only_and_rec
         assert w.journal(EUGR, head) == [] and w.applies(EUGR, head) == []
         verdict = {v["lane"]: v for v in w.commit_outcome(head)["detail"]["lanes"]}
         assert verdict[EUGR]["result"] == "blocked" and verdict[PRODUCTION]["result"] == "applied"
-        status = await w.status()
+        status = await w.lanes_status()
         error = status[EUGR]["last_error"]
         assert status[EUGR]["health"] == "degraded" and status[EUGR]["commit"] == first
         assert "dgx6" in error and "refused" in error and "client keys" in error, error
@@ -228,13 +219,13 @@ async def test_sshd_refusing_the_key_is_a_clear_error_for_that_host_only_and_rec
         assert "dgx5" not in error and "dgx7" not in error
 
         w.faults.accept_key("dgx6")
-        w.kick()
-        await w.converged(head, (EUGR,))
+        w.daemon.kick()
+        await w.deployed(head, (EUGR,))
         assert w.lane_runs(EUGR, EUGR_HOSTS, head, eugr_image)
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, head, prod_image)
-        status = await w.status()
+        status = await w.lanes_status()
         assert status[EUGR]["last_error"] is None and w.unfinished_steps() == []
-        assert await w.stop_daemon() == 0
+        assert await w.daemon.stop() == 0
 
 
 # -- 4. a host key replaced -------------------------------------------------------------------------------------
@@ -249,7 +240,7 @@ async def test_a_replaced_host_key_is_refused_nothing_is_sent_and_status_says_wh
         await w.faults.replace_host_key("dgx7")
         sent_before = len(w.env.fleet.commands_seen("dgx7"))
         eugr_image = w.env.fleet.registry.add(f"{EUGR_REPO}:hostkey", env={"STANDIN_LOAD_S": "1"}).pinned
-        head = w.commit("eugr: bump (dgx7 has a new host key)", **{EUGR: {"image": eugr_image}})
+        head = w.commit("eugr: bump (dgx7 has a new host key)", {EUGR: {"image": eugr_image}})
         await wait_for(lambda: bool(w.commit_outcome(head)), 60, "the daemon's verdict on the commit")
 
         assert len(w.env.fleet.commands_seen("dgx7")) == sent_before  # not even the probe
@@ -259,7 +250,7 @@ async def test_a_replaced_host_key_is_refused_nothing_is_sent_and_status_says_wh
         assert outcome["outcome"] == "blocked", outcome
         (verdict,) = [v for v in outcome["detail"]["lanes"] if v["lane"] == EUGR]
         assert "dgx7" in verdict["error"] and "host key" in verdict["error"] and "changed" in verdict["error"]
-        status = await w.status()
+        status = await w.lanes_status()
         error = status[EUGR]["last_error"]
         assert status[EUGR]["health"] == "degraded" and status[EUGR]["commit"] == first
         assert "dgx7" in error and "has changed" in error and "known_hosts" in error, error
@@ -267,11 +258,11 @@ async def test_a_replaced_host_key_is_refused_nothing_is_sent_and_status_says_wh
 
         # A person checks the new key and pins it: the next cycle converges.
         w.faults.repin_host_key("dgx7")
-        w.kick()
-        await w.converged(head, (EUGR,))
+        w.daemon.kick()
+        await w.deployed(head, (EUGR,))
         assert w.lane_runs(EUGR, EUGR_HOSTS, head, eugr_image)
         assert w.snapshot(PROD_HOSTS) == prod_before
-        assert await w.stop_daemon() == 0
+        assert await w.daemon.stop() == 0
 
 
 # -- 5. the registry down during a pull -----------------------------------------------------------------------
@@ -289,7 +280,7 @@ async def test_the_registry_down_during_a_pull_fails_the_lane_before_any_stop_an
         new_image = registry.add(f"{PROD_REPO}:registry-down", env={"STANDIN_LOAD_S": "1"}).pinned
         for host in PROD_HOSTS:
             w.env.fleet.runtime(host).latency["docker pull"] = 3.0  # a pull long enough for the registry to go down in
-        head = w.commit("production: bump (the registry goes down)", **{PRODUCTION: {"image": new_image}})
+        head = w.commit("production: bump (the registry goes down)", {PRODUCTION: {"image": new_image}})
         await wait_for(lambda: w.journal_has(PRODUCTION, "pull", head), 60, "the pull", 0.01)
         registry.go_down()
         await wait_for(lambda: bool(w.applies(PRODUCTION, head)), 60, "the end of the transaction")
@@ -302,7 +293,7 @@ async def test_the_registry_down_during_a_pull_fails_the_lane_before_any_stop_an
         assert [r["kind"] for r in w.journal(PRODUCTION, head)] == ["lease", "pull"]
         assert w.snapshot(PROD_HOSTS) == prod_before  # the old ranks were never stopped
         assert w.snapshot(EUGR_HOSTS) == eugr_before
-        status = await w.status()
+        status = await w.lanes_status()
         assert status[PRODUCTION]["health"] == "degraded" and status[PRODUCTION]["commit"] == first
         assert "connection refused" in status[PRODUCTION]["last_error"]
         assert w.lane_row(PRODUCTION)["failed_fingerprint"] is None  # not condemned: retried as is
@@ -310,14 +301,14 @@ async def test_the_registry_down_during_a_pull_fails_the_lane_before_any_stop_an
         for host in PROD_HOSTS:
             w.env.fleet.runtime(host).latency.clear()
         registry.come_back()
-        w.kick()  # a forced cycle, as the resync runs (the link-cut case waits for the daemon's own)
-        await w.converged(head, (PRODUCTION,))
+        w.daemon.kick()  # a forced cycle, as the resync runs (the link-cut case waits for the daemon's own)
+        await w.deployed(head, (PRODUCTION,))
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, head, new_image)
         assert w.snapshot(EUGR_HOSTS) == eugr_before
         assert [a["result"] for a in w.applies(PRODUCTION, head)] == ["failed", "applied"]
-        status = await w.status()
+        status = await w.lanes_status()
         assert status[PRODUCTION]["last_error"] is None and w.unfinished_steps() == []
-        assert await w.stop_daemon() == 0
+        assert await w.daemon.stop() == 0
 
 
 # -- 6. a model path missing on one host ------------------------------------------------------------------------
@@ -333,7 +324,7 @@ async def test_a_model_path_missing_on_one_host_is_refused_before_any_rank_stops
         path = state.models[state.lanes[PRODUCTION].model].path
         w.faults.remove_model("dgx3", path)
         new_image = w.env.fleet.registry.add(f"{PROD_REPO}:model-gone", env={"STANDIN_LOAD_S": "1"}).pinned
-        head = w.commit("production: bump (the model is gone from dgx3)", **{PRODUCTION: {"image": new_image}})
+        head = w.commit("production: bump (the model is gone from dgx3)", {PRODUCTION: {"image": new_image}})
         sent = {h: len(w.env.fleet.commands_seen(h)) for h in PROD_HOSTS}
         result = await w.cycle()
 
@@ -345,7 +336,7 @@ async def test_a_model_path_missing_on_one_host_is_refused_before_any_rank_stops
         assert {h: len(w.env.fleet.commands_seen(h)) - sent[h] for h in PROD_HOSTS} == dict.fromkeys(PROD_HOSTS, 1)
         assert w.snapshot(PROD_HOSTS + EUGR_HOSTS) == before
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, first, old_image)
-        status = await w.status()
+        status = await w.lanes_status()
         row = status[PRODUCTION]
         assert row["commit"] == first and row["desired_commit"] == head
         assert row["health"] == "degraded", row  # the old spec still serves: not failed
@@ -356,7 +347,7 @@ async def test_a_model_path_missing_on_one_host_is_refused_before_any_rank_stops
         result = await w.cycle()
         assert {r.lane: r.result for r in result.results}[PRODUCTION] == "applied"
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, head, new_image)
-        status = await w.status()
+        status = await w.lanes_status()
         assert (status[PRODUCTION]["health"], status[PRODUCTION]["last_error"]) == ("healthy", None)
 
 

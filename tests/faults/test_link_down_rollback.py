@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import wait_for
-from tests.execute.conftest import FAST_HEALTH
-from tests.faults.hostfaults_fixtures import EUGR_HOSTS, PROD_HOSTS, PROD_REPO, PRODUCTION, cycle_world
+from tests.support.example import EUGR_HOSTS, FAST_HEALTH, PROD_HOSTS, PROD_REPO, PRODUCTION
+from tests.support.waiting import wait_for
+from tests.support.world import cycle_world
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -28,7 +28,7 @@ async def test_a_worker_cut_off_during_the_readiness_wait_is_skipped_by_the_roll
         # A readiness budget the watcher always beats, however loaded the machine: the case is the cut.
         patient = {**FAST_HEALTH, "ready_timeout_s": 90}
         head = w.commit(
-            "production: bump (dgx2's cable is cut)", **{PRODUCTION: {"image": new_image, "health": patient}}
+            "production: bump (dgx2's cable is cut)", {PRODUCTION: {"image": new_image, "health": patient}}
         )
         cycle = asyncio.create_task(w.cycle())
         await wait_for(lambda: w.journal_has(PRODUCTION, "wait-ready", head), 60, "the readiness wait", 0.01)
