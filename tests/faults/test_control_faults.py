@@ -24,12 +24,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from reconciler.errors import TransientError
 from reconciler.facts.commands import lease_argv
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.observe.probe import lease_file as lease_file_of
 from reconciler.source.loadcommit import LoadedCommit
-from reconciler.store.journal import Store
 from tests.support.disk import checkpoint_wal, fill, small_disk
 from tests.support.example import EUGR, EUGR_HOSTS, PROD_HOSTS, PRODUCTION, example_policies, example_state, fast
 from tests.support.lanesproc import DaemonProc
@@ -155,55 +153,6 @@ async def test_the_disk_filling_up_mid_apply_holds_the_records_and_loses_none(tm
             await _end_state(world, d, head, bump, eugr)
             assert (await d.status())["store"]["held_writes"] == 0
             assert await d.stop() == 0
-
-
-def test_writes_the_database_refuses_are_held_in_order_and_written_once_it_takes_them(tmp_path: Path) -> None:
-    """The same SQLITE_FULL a full disk gives, from sqlite's own page cap: runs without root or a tmpfs."""
-    store = Store(tmp_path / "lanes.db", hold_writes=True)
-    store.update_lane(PRODUCTION, health="healthy", applied_commit="c1", desired_commit="c1")
-    pages = store.db.execute("pragma page_count").fetchone()[0]
-    store.db.execute(f"pragma max_page_count = {pages}")
-    big = {"describe": "x" * 20_000}  # overflow pages: the insert needs room the cap does not give
-
-    first = store.step_started("run1", PRODUCTION, "c2", 0, "lease", big)
-    assert first < 0 and store.held_writes == 1 and "database or disk is full" in (store.problem or "")
-    store.update_lane(PRODUCTION, health="progressing", desired_commit="c2")
-    store.step_finished(first)
-    second = store.step_started("run1", PRODUCTION, "c2", 1, "pull", {})
-    store.step_finished(second, error="registry down")
-    store.update_lane(PRODUCTION, health="degraded", last_error="registry down")
-    store.record_commit("c2", "failed", {"lanes": []})
-    assert not store.writable("me")  # the daemon's check before a cycle: nothing new starts
-
-    # Reads see what is held; the file still holds the last good state, intact.
-    rec = store.lane(PRODUCTION)
-    assert rec is not None and (rec.health, rec.applied_commit, rec.desired_commit) == ("degraded", "c1", "c2")
-    assert store.commit_outcome("c2") == {**(store.commit_outcome("c2") or {}), "outcome": "failed"}
-    other = Store(tmp_path / "lanes.db")
-    on_disk = other.lane(PRODUCTION)
-    assert on_disk is not None and (on_disk.health, on_disk.desired_commit) == ("healthy", "c1")
-    assert other.journal() == [] and other.commit_outcome("c2") is None
-    assert other.db.execute("pragma integrity_check").fetchone()[0] == "ok"
-
-    store.db.execute("pragma max_page_count = 1000000")
-    assert store.writable("me") and store.problem is None and store.held_writes == 0
-    steps = [(r["seq"], r["kind"], r["state"], r["error"]) for r in reversed(other.journal())]
-    assert steps == [(0, "lease", "done", None), (1, "pull", "failed", "registry down")]
-    on_disk = other.lane(PRODUCTION)
-    assert on_disk is not None and (on_disk.health, on_disk.desired_commit, on_disk.last_error) == (
-        "degraded",
-        "c2",
-        "registry down",
-    )
-    assert (other.commit_outcome("c2") or {})["outcome"] == "failed"
-    other.close()
-    store.close()
-
-    cli = Store(tmp_path / "lanes.db")  # the CLI's store: a refused write is an error, not held
-    cli.db.execute(f"pragma max_page_count = {cli.db.execute('pragma page_count').fetchone()[0]}")
-    with pytest.raises(TransientError, match="disk is full"):
-        cli.step_started("run2", PRODUCTION, "c3", 0, "lease", big)
-    cli.close()
 
 
 # -- 2. the git remote goes away for a while -----------------------------------------------
