@@ -48,7 +48,9 @@ DENY_ENTRY = b"""  - id: test-sglang-0522-deny
 
 
 @dataclass
-class World:
+class ProposalWorld:
+    """Fake GitHub, registry and forge servers, a state repo with its bare remote, and the upstream store."""
+
     tmp: Path
     gh: FakeGitHub
     registry: FakeRegistry
@@ -96,7 +98,7 @@ async def build_world(
     *,
     kind: str = "github",
     deny: bool = False,
-) -> World:
+) -> ProposalWorld:
     gh = FakeGitHub((SGLANG,))
     gh.add(SGLANG, "v0.5.21", "2026-09-10T08:00:00Z")
     github = serve(gh)
@@ -123,13 +125,15 @@ async def build_world(
         poll=poll,
     )
     store = UpstreamStore(tmp_path / "lanes.db")
-    world = World(tmp_path, gh, registry, reg, forge, state, bare, store, settings, vclock, github.url)
+    world = ProposalWorld(tmp_path, gh, registry, reg, forge, state, bare, store, settings, vclock, github.url)
     await world.release("v0.5.21", "2026-09-10T08:00:00Z")
     return world
 
 
 @pytest.fixture
-async def world(tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock) -> AsyncIterator[World]:
+async def world(
+    tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock
+) -> AsyncIterator[ProposalWorld]:
     w = await build_world(tmp_path, serve, vclock)
     yield w
     w.store.close()
@@ -146,7 +150,7 @@ def changed_lines(old: str, new: str) -> list[str]:
     return [line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
-async def test_a_new_release_becomes_a_proposal_branch_commit_and_pull_request(world: World) -> None:
+async def test_a_new_release_becomes_a_proposal_branch_commit_and_pull_request(world: ProposalWorld) -> None:
     assert [(o.lane, o.action) for o in await world.propose()] == [(PRODUCTION, "none")]  # v0.5.21 predates the build
     await world.release("v0.5.22", "2026-10-19T08:00:00Z")
     (outcome,) = await world.propose()
@@ -218,7 +222,7 @@ async def test_a_new_release_becomes_a_proposal_branch_commit_and_pull_request(w
     assert len(world.forge.posts) == 1 and sorted(world.bare.references) == refs
 
 
-async def test_at_most_max_open_per_lane_and_a_merged_proposal_frees_its_slot(world: World) -> None:
+async def test_at_most_max_open_per_lane_and_a_merged_proposal_frees_its_slot(world: ProposalWorld) -> None:
     await world.release("v0.5.22", "2026-10-19T08:00:00Z")
     (first,) = await world.propose()
     assert first.action == "opened"
@@ -258,7 +262,9 @@ async def test_a_denied_proposal_is_still_opened_and_marked(
         world.store.close()
 
 
-async def test_a_second_proposer_adopts_the_branch_on_the_remote_instead_of_duplicating_it(world: World) -> None:
+async def test_a_second_proposer_adopts_the_branch_on_the_remote_instead_of_duplicating_it(
+    world: ProposalWorld,
+) -> None:
     await world.release("v0.5.22", "2026-10-19T08:00:00Z")
     (mine,) = await world.propose()
     other = pygit2.clone_repository(world.bare.path, str(world.tmp / "other-clone"))
@@ -270,7 +276,7 @@ async def test_a_second_proposer_adopts_the_branch_on_the_remote_instead_of_dupl
 
 
 async def test_a_rejected_push_is_fetched_and_the_same_proposal_adopted(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: ProposalWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await world.release("v0.5.22", "2026-10-19T08:00:00Z")
     (mine,) = await world.propose()
@@ -313,7 +319,7 @@ async def test_gitea_and_forgejo_pull_requests(
         world.store.close()
 
 
-async def test_without_a_remote_the_branch_is_made_locally_and_nothing_is_sent(world: World) -> None:
+async def test_without_a_remote_the_branch_is_made_locally_and_nothing_is_sent(world: ProposalWorld) -> None:
     await world.release("v0.5.22", "2026-10-19T08:00:00Z")
     (outcome,) = await world.propose(remote=None)
     assert outcome.action == "opened" and outcome.pr_url is None
