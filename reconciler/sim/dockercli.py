@@ -184,7 +184,7 @@ def ram_in_bytes(text: str, flag: str) -> int:
     """
     match = _SIZE.match(text)
     if match is None:
-        raise CliError(f"invalid argument \"{text}\" for \"{flag}\" flag: invalid size: '{text}'", 125)
+        raise CliError(f'invalid argument "{text}" for "{flag}" flag: invalid size: \'{text}\'', 125)
     scale = 1024 ** " kmgtp".index((match.group(2) or " ").lower())
     return int(float(match.group(1)) * scale)
 
@@ -213,7 +213,7 @@ def device_requests(gpus: str | None) -> list[dict[str, Any]] | None:
     elif gpus.startswith("device="):
         ids = gpus.removeprefix("device=").split(",")
     else:
-        raise CliError(f'invalid argument "{gpus}" for "--gpus" flag: unexpected key \'{gpus}\' in \'{gpus}\'', 125)
+        raise CliError(f"invalid argument \"{gpus}\" for \"--gpus\" flag: unexpected key '{gpus}' in '{gpus}'", 125)
     return [{"Driver": "", "Count": count, "DeviceIDs": ids, "Capabilities": [["gpu"]], "Options": {}}]
 
 

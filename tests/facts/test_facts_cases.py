@@ -6,7 +6,8 @@ message the parser must raise. The `docker-inspect` and `docker-image-inspect`
 cases are real outputs of docker and of podman (the rig's runtime), each with
 a `source` saying where and how it was recorded and `argv`/`how` saying what
 produced it; `tests/facts/test_docker.py` also runs them through the probe
-program and the executor's host operations.
+program and the executor's host operations, `test_docker_sim.py` through the
+simulator.
 """
 
 from __future__ import annotations
