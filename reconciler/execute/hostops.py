@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Mapping, Sequence
 
-from reconciler.errors import HostUnreachableError, LanesError, PermanentError, TransientError
+from reconciler.errors import DigestMismatchError, HostUnreachableError, LanesError, PermanentError, TransientError
 from reconciler.facts import docker
 from reconciler.facts.commands import dropcaches_argv, envfile_argv, lease_argv
 from reconciler.facts.container import ContainerSpec
@@ -111,9 +111,9 @@ class HostOps:
             try:
                 images = docker.parse_image_inspect(out)
             except docker.DockerOutputError:
-                raise PermanentError(f"{host}: cannot read the digest of {image} after pulling it") from None
+                raise DigestMismatchError(f"{host}: cannot read the digest of {image} after pulling it") from None
             if not docker.has_digest(images, digest):
-                raise PermanentError(f"{host}: pulled {image} but its digests are {docker.repo_digests(images)}")
+                raise DigestMismatchError(f"{host}: pulled {image} but its digests are {docker.repo_digests(images)}")
 
     async def write_env_file(self, host: str, path: str, content: str) -> None:
         await self.run(host, envfile_argv(path), input=content)

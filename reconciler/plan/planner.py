@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from reconciler.engines import ContainerSpec, start_groups
+from reconciler.facts.labels import LABEL_PORT
 from reconciler.facts.observed import ObservedContainer, ObservedFleet
 from reconciler.plan.steps import (
     AcquireLeases,
@@ -36,8 +37,6 @@ from reconciler.plan.steps import (
 from reconciler.policy import Verdict
 from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState
-
-LABEL_PORT = "lanes.port"
 
 
 @dataclass(frozen=True)
