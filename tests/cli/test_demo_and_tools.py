@@ -1,4 +1,4 @@
-"""`lanes demo --once --json`, `lanes init`, `lanes schema` and `lanes model facts` as a person runs them."""
+"""`lanes demo --once --json`, `lanes init`, `lanes schema` and `lanes model describe` as a person runs them."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_schema_writes_one_json_schema_per_file_kind(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_model_facts_prints_a_model_file(tmp_path: Path) -> None:
+def test_model_describe_prints_a_model_file(tmp_path: Path) -> None:
     ckpt = tmp_path / "Tiny-GQA"
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({
@@ -75,10 +75,10 @@ def test_model_facts_prints_a_model_file(tmp_path: Path) -> None:
     }))
     (ckpt / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123456789},
                                                                   "weight_map": {}}))
-    result = runner.invoke(app, ["model", "facts", str(ckpt), "--host-path", "/models/Tiny-GQA"])
+    result = runner.invoke(app, ["model", "describe", str(ckpt), "--host-path", "/models/Tiny-GQA"])
     assert result.exit_code == 0, result.output
     data = YAML(typ="safe").load(result.output)
     assert data["weight_bytes"] == 123456789 and data["architecture"]["attention"] == "gqa"
     assert data["architecture"]["kv_heads"] == 2 and data["path"] == "/models/Tiny-GQA"
-    broken = runner.invoke(app, ["model", "facts", str(tmp_path)])
+    broken = runner.invoke(app, ["model", "describe", str(tmp_path)])
     assert broken.exit_code == 2 and "config.json" in broken.output

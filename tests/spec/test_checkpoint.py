@@ -1,4 +1,4 @@
-"""`lanes model facts`: model files from small checkpoint folders the tests write."""
+"""`lanes model describe`: model files from small checkpoint folders the tests write."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from reconciler.errors import InputError
-from reconciler.spec.checkpoint import facts_from_checkpoint, render_model_yaml
+from reconciler.spec.checkpoint import model_from_checkpoint, render_model_yaml
 from reconciler.spec.load import load_desired
 from reconciler.spec.model import ModelSpec
 
@@ -30,7 +30,7 @@ def facts(folder: Path, name: str = "m", file_bytes_total: int | None = None) ->
     config = json.loads((folder / "config.json").read_text())
     index_path = folder / "model.safetensors.index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else None
-    return facts_from_checkpoint(config, index, name=name, path=str(folder), file_bytes_total=file_bytes_total)
+    return model_from_checkpoint(config, index, name=name, path=str(folder), file_bytes_total=file_bytes_total)
 
 
 def roundtrip(spec: ModelSpec, notes: list[str]) -> ModelSpec:
