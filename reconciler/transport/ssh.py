@@ -290,8 +290,8 @@ def tcp_keepalive(sock: socket.socket | None, idle_s: int, interval_s: int, coun
     TCP_USER_TIMEOUT gives data sent and never acknowledged the same bound, so a command written
     to a host that vanished does not keep the connection for the ~15 minutes of retransmissions.
     """
-    if sock is None:
-        return
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return  # not TCP: nothing to probe
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle_s)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval_s)

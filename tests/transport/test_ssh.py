@@ -16,6 +16,7 @@ from reconciler.errors import (
     TransientError,
 )
 from reconciler.transport import HostTarget, SSHTransport
+from reconciler.transport.ssh import tcp_keepalive
 
 from .sshfake import FakeSSHServer
 
@@ -176,6 +177,18 @@ async def test_an_idle_connection_is_watched_by_the_kernel_not_by_ssh_keepalives
     options = (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT, socket.TCP_USER_TIMEOUT)
     assert [sock.getsockopt(socket.IPPROTO_TCP, o) for o in options] == [60, 20, 3, 120_000]
     assert conn._keepalive_interval == 0  # asyncssh sends no keepalive request of its own
+
+
+def test_tcp_keepalive_is_set_on_tcp_sockets_only() -> None:
+    with socket.socket() as tcp:
+        tcp_keepalive(tcp, 30, 10, 2)
+        options = (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT, socket.TCP_USER_TIMEOUT)
+        assert [tcp.getsockopt(socket.IPPROTO_TCP, o) for o in options] == [30, 10, 2, 50_000]
+    left, right = socket.socketpair()  # a Unix socket, as under a proxy command: left alone
+    with left, right:
+        tcp_keepalive(left, 30, 10, 2)
+        assert left.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
+    tcp_keepalive(None, 30, 10, 2)
 
 
 async def test_unknown_host_key_is_refused_before_any_command(ssh_server: FakeSSHServer, target: HostTarget) -> None:
