@@ -150,7 +150,7 @@ def plan_cmd(
 
     async def go() -> CycleResult:
         try:
-            return await runner.run_cycle(loaded, apply=False)
+            return await runner.run_cycle(loaded, apply=False, wait_backoff=False)
         finally:
             await transport.close()
 
@@ -185,13 +185,14 @@ def apply_cmd(
         try:
             if not yes and not as_json:
                 # A person confirms a plan first; the cycle then probes again, as time passed while they read.
-                preview = await runner.run_cycle(loaded, apply=False, only_lanes=only)
+                preview = await runner.run_cycle(loaded, apply=False, only_lanes=only, wait_backoff=False)
                 if not preview.plan.empty:
                     print_plan(preview, console)
                     if not typer.confirm("apply these changes?"):
                         raise typer.Exit(EXIT_OK)
             # With nothing to change the cycle still runs: it records denied and blocked lanes in the journal.
-            return await runner.run_cycle(loaded, only_lanes=only, progress=progress_printer(console))
+            return await runner.run_cycle(loaded, only_lanes=only, progress=progress_printer(console),
+                                          wait_backoff=False)
         finally:
             await transport.close()
 

@@ -79,7 +79,7 @@ class CycleRunner:
         self.settings = settings
 
     async def observe_and_plan(
-        self, loaded: LoadedCommit, only_lanes: frozenset[str] | None = None
+        self, loaded: LoadedCommit, only_lanes: frozenset[str] | None = None, *, wait_backoff: bool = True
     ) -> tuple[Verdict, ObservedFleet, Plan, dict[str, HostTarget]]:
         desired = loaded.desired
         verdict = evaluate(desired, loaded.policies)
@@ -96,7 +96,8 @@ class CycleRunner:
             drop_caches=self.settings.drop_caches,
             failed=self.store.failed_fingerprints(),
             ready=self.store.ready_fingerprints(),
-            retry_at=self.store.retry_schedule(),
+            # A person running `lanes plan`/`apply` asks for now: the backoff paces the daemon's own retries.
+            retry_at=self.store.retry_schedule() if wait_backoff else {},
             clock=time.time(),
             only_lanes=only_lanes,
         )
@@ -109,8 +110,10 @@ class CycleRunner:
         apply: bool = True,
         only_lanes: frozenset[str] | None = None,
         progress: ProgressFn | None = None,
+        wait_backoff: bool = True,
     ) -> CycleResult:
-        verdict, observed, fleet_plan, targets = await self.observe_and_plan(loaded, only_lanes)
+        verdict, observed, fleet_plan, targets = await self.observe_and_plan(loaded, only_lanes,
+                                                                             wait_backoff=wait_backoff)
         result = CycleResult(loaded.commit, verdict, observed, fleet_plan)
         if not apply:
             return result
