@@ -38,6 +38,7 @@ ADDED_LANE_COLUMNS: dict[str, type] = {
     "transient_failures": int,
     "drift": str,
     "healthy_gate": str,
+    "retry_fingerprint": str,
 }
 """Columns added after the first release, with their types: an older journal gets them on open."""
 ADDED_APPLY_COLUMNS: dict[str, type] = {"cause": str, "drift": str}

@@ -46,15 +46,13 @@ def migrate(db: sqlite_utils.Database) -> None:
                 "healthy_commit": str,
                 "updated": float,
                 "timings": str,
-                "evidence": str,
                 **ADDED_LANE_COLUMNS,
-                "retry_fingerprint": str,
             },
             pk="name",
         )
     else:
         have = db.table("lanes").columns_dict
-        for column, kind in {**ADDED_LANE_COLUMNS, "retry_fingerprint": str}.items():
+        for column, kind in ADDED_LANE_COLUMNS.items():
             if column not in have:
                 db.table("lanes").add_column(column, kind)
     if "commits" not in db.table_names():

@@ -23,7 +23,7 @@ from reconciler.execute.hostops import HostOps
 from reconciler.facts import docker
 from reconciler.facts.commands import probe_argv
 from reconciler.facts.parse import parse_probe
-from reconciler.transport.base import CommandResult, HostTarget
+from reconciler.transport.base import CommandResult, HostTarget, checked
 
 from .test_host_scripts import _fake_docker, _run
 
@@ -164,9 +164,7 @@ class RecordedHost:
         self.sent.append(list(argv))
         status, stdout, stderr = self.answers.get(tuple(argv), (0, "", ""))
         result = CommandResult(host.name, tuple(argv), status, stdout, stderr, 0.0)
-        if check and status != 0:
-            raise PermanentError(f"{host.name}: {argv[0]} exited {status}: {stderr.strip()}")
-        return result
+        return checked(result) if check else result  # what the real transports raise
 
     async def close(self) -> None:
         return None

@@ -7,6 +7,7 @@ repositories) and variants with readiness timeouts short enough for a test.
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,32 +61,12 @@ def with_lane(state: DesiredState, name: str, commit: str | None = None, **chang
     lane = state.lanes[name]
     data = lane.model_dump()
     data.update(changes)
-    lanes = dict(state.lanes)
-    lanes[name] = Lane.model_validate(data)
-    return DesiredState(
-        commit=commit or state.commit,
-        fleet=state.fleet,
-        hosts=state.hosts,
-        models=state.models,
-        lanes=lanes,
-        upstreams=state.upstreams,
-        files=state.files,
-        bench_profiles=state.bench_profiles,
-    )
+    lanes = {**state.lanes, name: Lane.model_validate(data)}
+    return replace(state, commit=commit or state.commit, lanes=lanes)
 
 
 def without_lane(desired: DesiredState, name: str) -> DesiredState:
-    lanes = {k: v for k, v in desired.lanes.items() if k != name}
-    return DesiredState(
-        commit=desired.commit,
-        fleet=desired.fleet,
-        hosts=desired.hosts,
-        models=desired.models,
-        lanes=lanes,
-        upstreams=desired.upstreams,
-        files=desired.files,
-        bench_profiles=desired.bench_profiles,
-    )
+    return replace(desired, lanes={k: v for k, v in desired.lanes.items() if k != name})
 
 
 def fast(desired: DesiredState, **health: Any) -> DesiredState:
