@@ -5,18 +5,21 @@ published as tags; a tag matters to lanes with the digest a pull resolves,
 so each new matching tag is HEADed once (see `registry`). Known tags are not
 asked for again, the tag list is paged with `n` and the `Link` header, and
 Docker Hub's `ratelimit-remaining: 0;w=<window>` defers the source for the
-window. Tags are HEADed newest first with a cap per poll, so a first poll of
-a repository with thousands of tags spends a bounded share of the quota.
+window. Tags are HEADed newest first (by version or date, see `newest_first`)
+with a cap per poll, so a first poll of a repository with thousands of tags
+spends a bounded share of the quota on the newest of them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from datetime import date
 
 import httpx
 import structlog
+from packaging.version import Version
 
 from reconciler.errors import PermanentError, TransientError
 from reconciler.spec.upstream import OCIRepository
@@ -99,8 +102,34 @@ async def _poll(
 
 def _matching(source: OCIRepository, tags: Sequence[str]) -> list[str]:
     pattern = re.compile(source.tag_filter) if source.tag_filter else None
-    # Newest first when tags sort by date or version, so the cap on HEADs drops the oldest.
-    return sorted((t for t in set(tags) if pattern is None or pattern.search(t)), reverse=True)
+    return newest_first(t for t in set(tags) if pattern is None or pattern.search(t))
+
+
+def newest_first(tags: Iterable[str]) -> list[str]:
+    """Tags newest first, so the cap on HEADs per poll drops the oldest, never the newest.
+
+    As strings `v0.9.2` sorts above `v0.32.1`; what a tag says is compared instead: tags that parse as a
+    version (`parse_tag`: `v0.32.1`, `v0.5.22-cu130`, NGC's `26.10-py3`) by PEP 440 version, newest
+    first (variants of one version by name); then tags that only carry a date (`nightly-20261015`) by
+    date, newest first; then every other tag (`latest`, `b12x-dev`) by name, so the order is total and
+    the same on every poll. Versions and dates share no scale, so neither is interleaved with the other.
+    """
+    versioned: list[tuple[Version, str]] = []
+    dated: list[tuple[date, str]] = []
+    rest: list[str] = []
+    for tag in tags:
+        parsed = parse_tag(tag)
+        day = date_in_tag(tag)
+        if parsed is not None:
+            versioned.append((parsed.version, tag))
+        elif day is not None:
+            dated.append((day, tag))
+        else:
+            rest.append(tag)
+    # Newest first, and within one version (or day) by tag name ascending: sort by name, then stably by key.
+    versioned = sorted(sorted(versioned, key=lambda v: v[1]), key=lambda v: v[0], reverse=True)
+    dated = sorted(sorted(dated, key=lambda d: d[1]), key=lambda d: d[0], reverse=True)
+    return [t for _, t in versioned] + [t for _, t in dated] + sorted(rest)
 
 
 async def _record_new(

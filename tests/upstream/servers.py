@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 
@@ -163,43 +163,119 @@ class FakeGitHub:
         return Reply.json(200, items, headers)
 
 
+# Media types as distribution/distribution names them (registry/handlers/manifests.go, manifest/schema2,
+# manifest/manifestlist) and the OCI image spec (application/vnd.oci.image.*).
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
+MULTI_ARCH = ("linux/amd64", "linux/arm64")
+ImageKind = Literal["oci-index", "docker-list", "oci-manifest", "docker-manifest"]
 
 
-def index_manifest(seed: str) -> bytes:
-    digest = "sha256:" + hashlib.sha256(seed.encode()).hexdigest()
-    doc = {
-        "schemaVersion": 2,
-        "mediaType": INDEX,
-        "manifests": [
-            {
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": digest,
-                "size": 1234,
-                "platform": {"architecture": "arm64", "os": "linux"},
-            }
-        ],
-    }
-    return json.dumps(doc, indent=2).encode()
+def _digest(body: bytes) -> str:
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def _platform(text: str) -> dict[str, str]:
+    """`linux/arm64/v8` -> the `platform` object of an index entry (os, architecture, variant)."""
+    os_, arch, *variant = text.split("/")
+    return {"architecture": arch, "os": os_, **({"variant": variant[0]} if variant else {})}
+
+
+def _errors(status: int, code: str, message: str) -> Reply:
+    """distribution's error body (registry/api/errcode): `{"errors": [{"code", "message"}]}`."""
+    return Reply.json(status, {"errors": [{"code": code, "message": message}]})
 
 
 class FakeRegistry:
-    """A distribution-API registry behind the token flow (`WWW-Authenticate: Bearer realm=...`)."""
+    """A distribution-API registry behind the token flow (`WWW-Authenticate: Bearer realm=...`).
+
+    Manifests are served as distribution's `GetManifest` serves them (registry/handlers/manifests.go in
+    distribution/distribution): by tag or digest, HEAD and GET alike but HEAD without a body,
+    `Content-Type` the manifest's own media type, `Docker-Content-Digest` and a quoted `Etag`, 304 on a
+    matching `If-None-Match`; an OCI index or OCI manifest is MANIFEST_UNKNOWN (404) unless `Accept`
+    names its type; a Docker manifest list asked for by tag without its type in `Accept` is answered
+    with its linux/amd64 entry instead (the old-client fallback). Config blobs are under
+    `/v2/<name>/blobs/<digest>`. Images are multi-arch OCI indexes unless `add` says otherwise.
+    """
 
     def __init__(self, repos: dict[str, list[str]], *, user: str | None = None, password: str | None = None) -> None:
-        self.manifests = {repo: {tag: index_manifest(f"{repo}:{tag}") for tag in tags} for repo, tags in repos.items()}
+        self.blobs: dict[str, dict[str, tuple[str, bytes]]] = {}
+        """Per repository, every manifest and config blob by digest: (media type, bytes)."""
+        self.tags: dict[str, dict[str, str]] = {}
+        for repo, tags in repos.items():
+            self.blobs.setdefault(repo, {})
+            self.tags.setdefault(repo, {})
+            for tag in tags:
+                self.add(repo, tag)
         self.user, self.password = user, password
         self.send_digest = True
         self.tokens: dict[str, str] = {}
         self.hub_remaining: str | None = None
         self.auth_requests: list[Request] = []
 
-    def add(self, repo: str, tag: str) -> None:
-        self.manifests.setdefault(repo, {})[tag] = index_manifest(f"{repo}:{tag}")
+    def _put(self, repo: str, media_type: str, doc: dict[str, Any]) -> tuple[str, int]:
+        body = json.dumps(doc, indent=2).encode()
+        digest = _digest(body)
+        self.blobs.setdefault(repo, {})[digest] = (media_type, body)
+        return digest, len(body)
+
+    def _image(self, repo: str, tag: str, platform: str, manifest_type: str) -> tuple[str, int]:
+        """One platform's manifest and its config blob (architecture, os, variant as in the image spec)."""
+        config_type = OCI_CONFIG if manifest_type == OCI_MANIFEST else DOCKER_CONFIG
+        config = {**_platform(platform), "config": {"Labels": {"tag": tag}}, "rootfs": {"type": "layers"}}
+        config_digest, config_size = self._put(repo, config_type, config)
+        doc = {
+            "schemaVersion": 2,
+            "mediaType": manifest_type,
+            "config": {"mediaType": config_type, "digest": config_digest, "size": config_size},
+            "layers": [],
+        }
+        return self._put(repo, manifest_type, doc)
+
+    def add(
+        self, repo: str, tag: str, *, platforms: tuple[str, ...] = MULTI_ARCH, kind: ImageKind = "oci-index"
+    ) -> str:
+        """Push `repo:tag` (moving the tag if it exists); the digest a pull by tag resolves to."""
+        if kind in ("oci-manifest", "docker-manifest"):
+            (platform,) = platforms
+            digest, _ = self._image(repo, tag, platform, OCI_MANIFEST if kind == "oci-manifest" else DOCKER_MANIFEST)
+        else:
+            index_type, entry_type = (INDEX, OCI_MANIFEST) if kind == "oci-index" else (MANIFEST_LIST, DOCKER_MANIFEST)
+            entries = []
+            for platform in platforms:
+                digest, size = self._image(repo, tag, platform, entry_type)
+                entries.append(
+                    {"mediaType": entry_type, "digest": digest, "size": size, "platform": _platform(platform)}
+                )
+            if kind == "oci-index" and entries:
+                # buildx adds an attestation manifest per image, listed as platform unknown/unknown
+                # (docs.docker.com/build/metadata/attestations/attestation-storage).
+                digest, size = self._put(repo, OCI_MANIFEST, {"schemaVersion": 2, "mediaType": OCI_MANIFEST})
+                entries.append(
+                    {
+                        "mediaType": OCI_MANIFEST,
+                        "digest": digest,
+                        "size": size,
+                        "annotations": {
+                            "vnd.docker.reference.digest": entries[0]["digest"],
+                            "vnd.docker.reference.type": "attestation-manifest",
+                        },
+                        "platform": {"architecture": "unknown", "os": "unknown"},
+                    }
+                )
+            digest, _ = self._put(repo, index_type, {"schemaVersion": 2, "mediaType": index_type, "manifests": entries})
+        self.tags.setdefault(repo, {})[tag] = digest
+        return digest
 
     def digest(self, repo: str, tag: str) -> str:
-        return "sha256:" + hashlib.sha256(self.manifests[repo][tag]).hexdigest()
+        return self.tags[repo][tag]
+
+    def body(self, repo: str, tag: str) -> bytes:
+        return self.blobs[repo][self.tags[repo][tag]][1]
 
     def _challenge(self, req: Request, repo: str) -> Reply:
         realm = f"http://{req.headers['host']}/token"
@@ -225,31 +301,64 @@ class FakeRegistry:
         elif "/manifests/" in parts:
             repo, _, ref = parts.partition("/manifests/")
             kind = "manifest"
+        elif "/blobs/" in parts:
+            repo, _, ref = parts.partition("/blobs/")
+            kind = "blob"
         else:
-            return Reply.json(404, {"errors": [{"code": "NOT_FOUND"}]})
+            return _errors(404, "NOT_FOUND", "not found")
         auth = req.headers.get("authorization", "")
         if self.tokens.get(auth.removeprefix("Bearer ")) != f"repository:{repo}:pull":
             return self._challenge(req, repo)
-        if repo not in self.manifests:
-            return Reply.json(404, {"errors": [{"code": "NAME_UNKNOWN"}]})
+        if repo not in self.tags:
+            return _errors(404, "NAME_UNKNOWN", "repository name not known to registry")
         extra = (
             {"ratelimit-limit": "100;w=21600", "ratelimit-remaining": self.hub_remaining} if self.hub_remaining else {}
         )
         if kind == "tags":
             return self._tags(req, repo, extra)
-        if ref not in self.manifests[repo]:
-            return Reply.json(404, {"errors": [{"code": "MANIFEST_UNKNOWN"}]})
-        accept = req.headers.get("accept", "")
-        if INDEX not in accept or MANIFEST_LIST not in accept:
-            return Reply.json(404, {"errors": [{"code": "MANIFEST_UNKNOWN", "message": "no index type accepted"}]})
-        body = self.manifests[repo][ref]
-        headers = {"Content-Type": INDEX, **extra}
+        if kind == "blob":
+            found = self.blobs[repo].get(ref)
+            if found is None:
+                return _errors(404, "BLOB_UNKNOWN", "blob unknown to registry")
+            headers = {"Content-Type": "application/octet-stream", "Docker-Content-Digest": ref, **extra}
+            return Reply(200, headers, found[1])
+        return self._manifest(req, repo, ref, extra)
+
+    def _manifest(self, req: Request, repo: str, ref: str, extra: dict[str, str]) -> Reply:
+        """distribution's GetManifest, the branches that matter to a client (see the class docstring)."""
+        accepted = {part.split(";")[0].strip() for part in req.headers.get("accept", "").split(",")}
+        by_tag = not ref.startswith("sha256:")
+        digest = self.tags[repo].get(ref) if by_tag else ref
+        if digest is None or digest not in self.blobs[repo]:
+            return _errors(404, "MANIFEST_UNKNOWN", "manifest unknown")
+        if req.headers.get("if-none-match") in (digest, f'"{digest}"'):
+            return Reply(304, {"Etag": f'"{digest}"', **extra})
+        media_type, body = self.blobs[repo][digest]
+        if media_type == OCI_MANIFEST and OCI_MANIFEST not in accepted:
+            return _errors(
+                404, "MANIFEST_UNKNOWN", "OCI manifest found, but accept header does not support OCI manifests"
+            )
+        if media_type == INDEX and INDEX not in accepted:
+            return _errors(404, "MANIFEST_UNKNOWN", "OCI index found, but accept header does not support OCI indexes")
+        if by_tag and media_type == MANIFEST_LIST and MANIFEST_LIST not in accepted:
+            amd64 = [
+                m["digest"]
+                for m in json.loads(body)["manifests"]
+                if m["platform"].get("architecture") == "amd64" and m["platform"].get("os") == "linux"
+            ]
+            if not amd64:
+                return _errors(404, "MANIFEST_UNKNOWN", "manifest unknown")
+            if DOCKER_MANIFEST not in accepted:
+                return _errors(400, "MANIFEST_INVALID", "Schema 2 manifest not supported by client")
+            digest = amd64[0]
+            media_type, body = self.blobs[repo][digest]
+        headers = {"Content-Type": media_type, "Etag": f'"{digest}"', **extra}
         if self.send_digest:
-            headers["Docker-Content-Digest"] = self.digest(repo, ref)
+            headers["Docker-Content-Digest"] = digest
         return Reply(200, headers, body)
 
     def _tags(self, req: Request, repo: str, extra: dict[str, str]) -> Reply:
-        tags = sorted(self.manifests[repo])
+        tags = sorted(self.tags[repo])
         last = req.query.get("last")
         if last is not None:
             tags = [t for t in tags if t > last]

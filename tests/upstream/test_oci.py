@@ -11,7 +11,7 @@ import pytest
 from reconciler.errors import PermanentError
 from reconciler.spec.upstream import OCIRepository
 from reconciler.upstream.base import PollSettings
-from reconciler.upstream.oci import poll_oci
+from reconciler.upstream.oci import newest_first, poll_oci
 from reconciler.upstream.registry import ImageReference, resolve_image
 from reconciler.upstream.store import UpstreamStore
 from tests.upstream.conftest import NOW, VirtualClock
@@ -108,7 +108,7 @@ async def test_a_missing_docker_content_digest_is_computed_from_the_manifest_bod
     server = serve(registry)
     await poll_oci(oci_source(server), store, client, settings, vclock.clock())
     rec = store.release("eugr-b12x", "nightly-20261015")
-    body = registry.manifests[REPO]["nightly-20261015"]
+    body = registry.body(REPO, "nightly-20261015")
     assert rec is not None and rec.digest == "sha256:" + hashlib.sha256(body).hexdigest()
     methods = [r.method for r in server.requests if "/manifests/" in r.path]
     assert methods == ["HEAD", "GET"]
@@ -205,3 +205,50 @@ def test_image_references_follow_docker_naming() -> None:
     assert nvcr.pinned("sha256:" + "a" * 64) == "nvcr.io/nvidia/vllm@sha256:" + "a" * 64
     with pytest.raises(PermanentError):
         ImageReference.parse("repo@sha256:short")
+
+
+async def test_the_cap_on_heads_keeps_the_newest_versions_not_the_highest_strings(
+    serve: Callable[[App], LocalServer],
+    store: UpstreamStore,
+    settings: PollSettings,
+    client: httpx.AsyncClient,
+    vclock: VirtualClock,
+) -> None:
+    # As strings v0.9.2 sorts above v0.32.1 and v0.10.0; as versions it is the oldest of the three.
+    registry = FakeRegistry({"vllm/vllm-openai": ["v0.9.2", "v0.10.0", "v0.32.1", "latest"]})
+    server = serve(registry)
+    source = oci_source(server, name="vllm-images", repository="vllm/vllm-openai", tag_filter="^v")
+    capped = settings.model_copy(update={"max_digests_per_poll": 2})
+    result = await poll_oci(source, store, client, capped, vclock.clock())
+    assert result.new == ("v0.32.1", "v0.10.0")
+    assert {r.tag for r in store.releases("vllm-images")} == {"v0.32.1", "v0.10.0"}
+    # The next poll takes the one left behind.
+    assert (await poll_oci(source, store, client, capped, vclock.clock())).new == ("v0.9.2",)
+
+
+def test_tags_order_by_version_then_date_then_name() -> None:
+    tags = [
+        "latest",
+        "nightly-20261015",
+        "v0.9.2",
+        "b12x-dev",
+        "v0.10.0-cu130",
+        "nightly-20261101",
+        "v0.10.0",
+        "v0.32.1",
+        "v0.33.0rc1",
+        "nightly-20260930",
+    ]
+    assert newest_first(tags) == [
+        "v0.33.0rc1",
+        "v0.32.1",
+        "v0.10.0",
+        "v0.10.0-cu130",
+        "v0.9.2",
+        "nightly-20261101",
+        "nightly-20261015",
+        "nightly-20260930",
+        "b12x-dev",
+        "latest",
+    ]
+    assert newest_first(reversed(tags)) == newest_first(tags)
