@@ -17,6 +17,7 @@ from packaging.version import Version
 from reconciler.spec.lane import DIGEST_RE, Lane
 from reconciler.spec.load import DesiredState
 from reconciler.spec.upstream import GitHead, OCIRepository, UpstreamSource
+from reconciler.upstream.platforms import SPARK_PLATFORM, describe, runs_on_spark
 from reconciler.upstream.store import ReleaseRecord, UpstreamStore
 from reconciler.upstream.versions import (
     Candidate,
@@ -57,6 +58,9 @@ class GapRow:
     between: tuple[str, ...] = field(default_factory=tuple)
     """Versions in between (oldest first); for a branch, the subjects of the commits behind (newest first)."""
     summary: str = ""
+    no_arm64: tuple[str, ...] = ()
+    """Releases shown (latest and in between) whose image was read and offers no linux/arm64 build,
+    each as `<version>: <platforms>`: a Spark cannot pull them, so they are never proposed."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -77,6 +81,7 @@ class GapRow:
             "days_behind": self.days_behind,
             "between": list(self.between),
             "summary": self.summary,
+            "no_arm64": list(self.no_arm64),
         }
 
 
@@ -130,6 +135,8 @@ def lane_row(lane: Lane, sources: dict[str, UpstreamSource], store: UpstreamStor
         gap = release_gap(lane.engine_version, built, found)
     latest = gap.latest
     latest_name = (latest.tag if dated_only else _version_name(latest)) if latest else None
+    shown = [*gap.behind, *([latest] if latest and latest not in gap.behind else [])]
+    no_arm64 = _no_arm64(records, [(c.tag, c.tag if dated_only else _version_name(c)) for c in shown])
     return replace(
         base,
         latest=latest_name,
@@ -140,8 +147,20 @@ def lane_row(lane: Lane, sources: dict[str, UpstreamSource], store: UpstreamStor
         commits_behind=None,
         days_behind=gap.days_behind,
         between=tuple(c.tag if dated_only else _version_name(c) for c in gap.behind),
-        summary=_release_summary(gap, dated_only),
+        summary=_release_summary(gap, dated_only) + "".join(f"; {n}" for n in no_arm64),
+        no_arm64=no_arm64,
     )
+
+
+def _no_arm64(records: list[ReleaseRecord], shown: list[tuple[str, str]]) -> tuple[str, ...]:
+    """`<name>: no linux/arm64 image (<platforms>)` for each shown release whose image was read without one."""
+    by_tag = {r.tag: r for r in records}
+    out = []
+    for tag, name in shown:
+        record = by_tag.get(tag)
+        if record is not None and record.platforms is not None and not runs_on_spark(record.platforms):
+            out.append(f"{name}: no {SPARK_PLATFORM} image ({describe(record.platforms)})")
+    return tuple(out)
 
 
 def _version_name(c: Candidate) -> str:

@@ -7,7 +7,9 @@ production lane sat three weeks behind SGLang v0.5.22). A lane that declares
 (the track's template, pinned to the digest the registry resolves) and
 engine_version, on top of the head of the tracked branch. The commit is
 checked against the policies first; a denial does not stop the proposal
-(the gap stays visible) but is recorded and shown. At most `max_open`
+(the gap stays visible) but is recorded and shown. A release whose image has
+no linux/arm64 build is not proposed at all (nor tried on trial hosts): the
+platforms are kept with the release and the gap table says why. At most `max_open`
 proposals are open per lane, and a (lane, version) is proposed once: the
 store remembers it, and a branch already on the remote is adopted.
 """
@@ -34,6 +36,7 @@ from reconciler.spec.upstream import GitHubReleases, OCIRepository, UpstreamSour
 from reconciler.upstream import gitbranch
 from reconciler.upstream.base import Clock, PollSettings, backoff_delay, read_credential
 from reconciler.upstream.forge import ForgeSettings, open_pull
+from reconciler.upstream.platforms import SPARK_PLATFORM, describe, release_platforms
 from reconciler.upstream.poll import make_client
 from reconciler.upstream.proposal_text import ProposalDraft, commit_message, pull_body, pull_title
 from reconciler.upstream.registry import resolve_image
@@ -43,7 +46,8 @@ from reconciler.upstream.yamledit import bump_lane
 
 log = structlog.get_logger(__name__)
 
-Action = Literal["opened", "adopted", "exists", "limited", "none", "failed"]
+Action = Literal["opened", "adopted", "exists", "limited", "none", "no-arm64", "failed"]
+"""`no-arm64`: the newest qualifying release's image offers no linux/arm64 build, so it is not proposed."""
 
 
 class ProposalSettings(BaseModel):
@@ -190,6 +194,19 @@ async def _propose_lane(run: _Run, lane: Lane) -> ProposalOutcome:
     path = run.loaded.desired.lane_file(lane.name)
     ref = image_reference(lane.track.image, release, path)
     image = await resolve_image(ref, list(sources.values()), run.client, run.settings.poll, run.clock, run.store)
+    # Before anything is committed or tried: an image a Spark cannot pull is never proposed (nor trialled).
+    offered = await release_platforms(
+        run.store, release, image, list(sources.values()), run.client, run.settings.poll, run.clock
+    )
+    if not offered.arm64:
+        log.warning("upstream.no_arm64", lane=lane.name, version=version, image=image, platforms=offered.platforms)
+        return ProposalOutcome(
+            lane.name,
+            "no-arm64",
+            version,
+            image=image,
+            message=f"not proposed: {image} has no {SPARK_PLATFORM} image ({describe(offered.platforms)})",
+        )
     blob = run.repo[run.base.tree[path].id]
     assert isinstance(blob, pygit2.Blob)
     edited = bump_lane(blob.data.decode(), image=image, engine_version=version, path=path)

@@ -190,7 +190,8 @@ def credential_for(settings: PollSettings, name: str | None) -> str | None:
     return read_credential(settings.credentials_dir, name) if name else None
 
 
-def _source_for(registry: str, repository: str, sources: Sequence[UpstreamSource]) -> OCIRepository | None:
+def source_for(registry: str, repository: str, sources: Sequence[UpstreamSource]) -> OCIRepository | None:
+    """The OCI source of upstreams.yaml for that repository, else one on the same registry (its credentials)."""
     oci = [s for s in sources if isinstance(s, OCIRepository) and same_registry(s.registry, registry)]
     exact = [s for s in oci if s.repository == repository]
     found = exact or oci
@@ -214,7 +215,7 @@ async def resolve_image(
     if ref.digest:
         return ref.pinned(ref.digest)
     tag = ref.tag or "latest"
-    source = _source_for(ref.registry, ref.repository, sources)
+    source = source_for(ref.registry, ref.repository, sources)
     if store is not None and source is not None and source.repository == ref.repository:
         recorded = store.release(source.name, tag)
         if recorded is not None and recorded.digest:

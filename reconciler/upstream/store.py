@@ -39,6 +39,15 @@ class ReleaseRecord:
     notes_url: str | None = None
     prerelease: bool = False
     first_seen: float = 0.0
+    platforms: tuple[str, ...] | None = None
+    """`os/arch[/variant]` the release's image offers (see `platforms`); None until read."""
+    platforms_image: str | None = None
+    """The pinned image (`repo@sha256:...`) the platforms were read from: for a GitHub release, the
+    image a lane's track template made of it; a platform list is only valid for this digest."""
+
+
+ADDED_RELEASE_COLUMNS: dict[str, type] = {"platforms": str, "platforms_image": str}
+"""Columns later releases added to upstream_releases; a store written before them gets them on open."""
 
 
 @dataclass(frozen=True)
@@ -115,9 +124,15 @@ class UpstreamStore:
                     "notes_url": str,
                     "prerelease": int,
                     "first_seen": float,
+                    **ADDED_RELEASE_COLUMNS,
                 },
                 pk=("source", "tag"),
             )
+        # Columns are only ever added (as the journal does, store/schema.py): an older lanes still reads this.
+        have = self.db.table(RELEASES).columns_dict
+        for column, kind in ADDED_RELEASE_COLUMNS.items():
+            if column not in have:
+                self.db.table(RELEASES).add_column(column, kind)
         if POLLS not in tables:
             self.db.table(POLLS).create(
                 {
@@ -172,8 +187,18 @@ class UpstreamStore:
         row["first_seen"] = old.first_seen if old else (release.first_seen or time.time())
         if old is not None and release.digest is None:
             row["digest"] = old.digest
+        if release.platforms is None and old is not None:
+            row["platforms"], row["platforms_image"] = _platforms_json(old.platforms), old.platforms_image
+        else:
+            row["platforms"] = _platforms_json(release.platforms)
         table.upsert(row, pk=("source", "tag"))
         return old is None
+
+    def record_platforms(self, source: str, tag: str, image: str, platforms: tuple[str, ...]) -> None:
+        """What the image of a recorded release offers (read once per digest: a GET counts as a pull)."""
+        self.db.table(RELEASES).update(
+            (source, tag), {"platforms": _platforms_json(platforms), "platforms_image": image}
+        )
 
     def release(self, source: str, tag: str) -> ReleaseRecord | None:
         rows = list(self.db.table(RELEASES).rows_where("source = ? and tag = ?", [source, tag]))
@@ -267,7 +292,13 @@ def _release(r: dict[str, Any]) -> ReleaseRecord:
         notes_url=r["notes_url"],
         prerelease=bool(r["prerelease"]),
         first_seen=r["first_seen"] or 0.0,
+        platforms=tuple(json.loads(r["platforms"])) if r.get("platforms") is not None else None,
+        platforms_image=r.get("platforms_image"),
     )
+
+
+def _platforms_json(platforms: tuple[str, ...] | None) -> str | None:
+    return None if platforms is None else json.dumps(list(platforms))
 
 
 def _head(r: dict[str, Any]) -> HeadRecord:

@@ -13,17 +13,20 @@ from typing import Any
 import pygit2
 import pytest
 
+from reconciler.source.loadcommit import load_commit
+from reconciler.spec.lane import Lane
 from reconciler.spec.upstream import GitHubReleases
 from reconciler.upstream import gitbranch
 from reconciler.upstream.base import PollSettings
 from reconciler.upstream.forge import ForgeSettings
+from reconciler.upstream.gap import gap_rows
 from reconciler.upstream.poll import poll_source
 from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, propose_all
 from reconciler.upstream.store import UpstreamStore
 from tests.support.example import PRODUCTION, repo_files
 from tests.upstream.conftest import VirtualClock
 from tests.upstream.fixtures import local_upstreams, make_state_repo
-from tests.upstream.servers import App, FakeForge, FakeGitHub, FakeRegistry, LocalServer
+from tests.upstream.servers import MULTI_ARCH, App, FakeForge, FakeGitHub, FakeRegistry, ImageKind, LocalServer
 from tests.upstream.test_gap import app, runner
 
 pytestmark = pytest.mark.timeout(60)
@@ -67,9 +70,11 @@ class ProposalWorld:
     def source(self) -> GitHubReleases:
         return GitHubReleases(kind="github-releases", name="sglang-releases", repo=SGLANG, api_url=self.github_url)
 
-    async def release(self, tag: str, published: str) -> None:
+    async def release(
+        self, tag: str, published: str, *, platforms: tuple[str, ...] = MULTI_ARCH, kind: ImageKind = "oci-index"
+    ) -> None:
         self.gh.add(SGLANG, tag, published)
-        self.registry.add("lmsysorg/sglang", f"{tag}-cu130")
+        self.registry.add("lmsysorg/sglang", f"{tag}-cu130", platforms=platforms, kind=kind)
         result = await poll_source(self.source, self.store, self.settings.poll, clock=self.clock.clock())
         assert result.status in ("new", "unchanged"), result
 
@@ -367,3 +372,50 @@ def test_lanes_propose_cli_opens_the_proposal_and_prints_json(
         assert "already proposed (open)" in text.stdout
     finally:
         world.store.close()
+
+
+async def test_an_image_without_linux_arm64_is_neither_proposed_nor_tried(world: ProposalWorld) -> None:
+    tried: list[str] = []
+
+    async def trial(lane: Lane, commit: str, branch: str) -> str:
+        tried.append(branch)
+        return "### Trial on spare hosts\n"
+
+    await world.release("v0.5.22", "2026-10-19T08:00:00Z", platforms=("linux/amd64",), kind="docker-list")
+    image = world.image("v0.5.22")
+    (outcome,) = await propose_all(world.state, world.store, world.settings, clock=world.clock.clock(), trial=trial)
+    assert (outcome.action, outcome.version, outcome.branch, outcome.image) == ("no-arm64", "0.5.22", None, image)
+    assert "has no linux/arm64 image (linux/amd64)" in outcome.message
+    assert f"refs/heads/{BRANCH}" not in list(world.bare.references) and f"refs/heads/{BRANCH}" not in list(
+        world.state.references
+    )
+    assert world.forge.posts == [] and tried == [] and world.store.proposal(PRODUCTION, "0.5.22") is None
+    recorded = world.store.release("sglang-releases", "v0.5.22")
+    assert recorded is not None and (recorded.platforms, recorded.platforms_image) == (("linux/amd64",), image)
+
+    # The gap table says why for that release.
+    rows = {r.lane: r for r in gap_rows(load_commit(world.state, "main", "state", "policies").desired, world.store)}
+    row = rows[PRODUCTION]
+    assert row.no_arm64 == ("0.5.22: no linux/arm64 image (linux/amd64)",)
+    assert row.summary.endswith("; 0.5.22: no linux/arm64 image (linux/amd64)")
+
+    # Asked again, the digest is known: no manifest is read again, and still nothing is proposed.
+    reads = len([r for r in world.reg.requests if r.method == "GET" and "/manifests/" in r.path])
+    (again,) = await world.propose()
+    assert again.action == "no-arm64"
+    assert len([r for r in world.reg.requests if r.method == "GET" and "/manifests/" in r.path]) == reads
+
+    # The tag pushed again with an arm64 build (a new digest): now it is proposed.
+    world.registry.add("lmsysorg/sglang", "v0.5.22-cu130", platforms=("linux/arm64",), kind="oci-manifest")
+    (proposed,) = await world.propose()
+    assert proposed.action == "opened" and proposed.image == world.image("v0.5.22") != image
+
+
+async def test_a_single_arch_arm64_manifest_is_proposed(world: ProposalWorld) -> None:
+    await world.release("v0.5.22", "2026-10-19T08:00:00Z", platforms=("linux/arm64/v8",), kind="docker-manifest")
+    (outcome,) = await world.propose()
+    assert outcome.action == "opened" and outcome.image == world.image("v0.5.22")
+    blobs = [r for r in world.reg.requests if "/blobs/" in r.path]
+    assert len(blobs) == 1  # the config blob, which names the architecture
+    recorded = world.store.release("sglang-releases", "v0.5.22")
+    assert recorded is not None and recorded.platforms == ("linux/arm64/v8",)
