@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from reconciler.facts.hostinfo import HostInfo
 from reconciler.facts.labels import LABEL_COMMIT, LABEL_LANE, LABEL_MANAGED, LABEL_RANK, LABEL_SPEC, MANAGED_VALUE
 
 
@@ -131,6 +132,7 @@ class ObservedHost:
     probe_errors: tuple[str, ...]
     hostname: str | None = None
     probed_at: float | None = None  # the host's clock: compare leases against this
+    info: HostInfo | None = None  # OS, driver, links, RDMA, disk space: None when not probed (unreachable)
 
     @classmethod
     def unreachable(cls, host: str, reason: str) -> ObservedHost:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.errors import PermanentError
+from reconciler.facts.hostinfo import HostInfo, HostInfoShapeError, parse_host_info
 from reconciler.facts.observed import (
     Lease,
     LeaseOutcome,
@@ -71,6 +72,13 @@ def _host(host: str, data: Mapping[str, Any]) -> ObservedHost:
         except _ShapeError as exc:
             # A mangled lease file must not hide the rest of the host.
             errors.append(f"lease: {exc}")
+    info: HostInfo | None = None
+    if data.get("host") is not None:
+        try:
+            info = parse_host_info(data["host"])
+        except HostInfoShapeError as exc:
+            # Like a mangled lease: the host facts are lost, the containers and models are not.
+            errors.append(f"host facts: {exc}")
     models_raw = data.get("models") or {}
     if not isinstance(models_raw, dict):
         raise _ShapeError("models is not an object")
@@ -89,6 +97,7 @@ def _host(host: str, data: Mapping[str, Any]) -> ObservedHost:
         probe_errors=tuple(errors),
         hostname=_opt_str(data.get("hostname")),
         probed_at=_opt_float(data.get("time"), "time"),
+        info=info,
     )
 
 

@@ -1,8 +1,9 @@
 """The program a host runs to report every fact the reconciler needs, in one round trip.
 
 A reconcile cycle costs one SSH exec per host, so everything the planner
-needs (managed containers, memory, disk, model presence, the lease) is
-gathered by this one self-contained script and printed as a single JSON
+needs (managed containers, memory, disk, model presence, the lease, and the
+host facts of `probe_host_script`: OS, driver, links, RDMA, disk space under
+the model and HF paths) is gathered by this one self-contained script and printed as a single JSON
 object. It runs with the host's own `python3` (3.8 or later, stdlib only:
 Sparks ship Ubuntu's python3, nothing else can be assumed) and must never
 crash: a missing docker, file or path is recorded into `errors` so the
@@ -15,8 +16,11 @@ pure core stays free of I/O; `tests/facts` runs it for real.
 from __future__ import annotations
 
 from reconciler.facts.labels import LABEL_MANAGED, MANAGED_VALUE
+from reconciler.facts.probe_host_script import HOST_SOURCE
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
+"""2: the `host` section (host facts) was added; a control node and a host copy of the script never disagree,
+as the script travels with every probe, but recorded outputs and the simulator must say which shape they are."""
 
 _SOURCE = r"""
 import json, os, socket, stat, subprocess, sys, time
@@ -213,9 +217,9 @@ def parse_args(argv, errors):
 
 def main():
     errors = []
-    out = {"probe_version": 1, "hostname": socket.gethostname(), "time": time.time(),
+    out = {"probe_version": @PROBE_VERSION@, "hostname": socket.gethostname(), "time": time.time(),
            "containers": [], "unmanaged": [], "listening": [], "meminfo": None,
-           "disk": None, "models": {}, "lease": None, "errors": errors}
+           "disk": None, "models": {}, "lease": None, "host": None, "errors": errors}
     lease_file, disk_path, paths = parse_args(sys.argv[2:], errors)
     steps = [
         ("docker", lambda: out.update(zip(("containers", "unmanaged"), docker_facts(errors)))),
@@ -224,6 +228,8 @@ def main():
         ("disk", lambda: out.update(disk=disk(disk_path, errors))),
         ("models", lambda: out.update(models=models(paths, errors))),
         ("lease", lambda: out.update(lease=lease(lease_file, errors))),
+        # Disk space under every model path and the HF cache (disk_path), each once.
+        ("host", lambda: out.update(host=host_facts(list(dict.fromkeys(paths + [disk_path])), errors))),
     ]
     for name, step in steps:
         # Each fact is independent: one failing must not hide the others.
@@ -234,9 +240,15 @@ def main():
     sys.stdout.write(json.dumps(out, sort_keys=True) + "\n")
 
 
+@HOST_SOURCE@
+
 main()
 """
 
 # The label the probe filters on comes from the one labels module; it is pasted into the source
 # because the script runs on the host, where it cannot import anything of lanes.
-PROBE_SCRIPT = _SOURCE.replace("@MANAGED@", f"{LABEL_MANAGED}={MANAGED_VALUE}")
+PROBE_SCRIPT = (
+    _SOURCE.replace("@MANAGED@", f"{LABEL_MANAGED}={MANAGED_VALUE}")
+    .replace("@PROBE_VERSION@", str(PROBE_VERSION))
+    .replace("@HOST_SOURCE@", HOST_SOURCE)
+)

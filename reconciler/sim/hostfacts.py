@@ -1,10 +1,11 @@
-"""The non-container side of a simulated Spark: memory, disk, model files, the lease, env files.
+"""The non-container side of a simulated Spark: memory, disk, model files, the lease, env files, host facts.
 
 The probe, lease, env-file and drop-caches commands (`reconciler.facts`)
 are answered here with the same semantics the real scripts have on a host,
 from in-memory state a test can set: a GB10-like /proc/meminfo whose
 available memory shrinks with every running container, a disk, model paths
-with sizes, the lease, and env files with their mode. Nothing touches the
+with sizes, the lease, env files with their mode, and the host facts of a
+DGX Spark (`sparkinfo`: OS, driver, CX-7 links and RDMA, disk space). Nothing touches the
 machine's real files, so simulated hosts stay apart and secrets written to
 them never reach the disk.
 """
@@ -20,6 +21,7 @@ from typing import Any
 from reconciler.facts.commands import LeaseRequest, ProbeRequest
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.facts.probe_script import PROBE_VERSION
+from reconciler.sim.sparkinfo import SimSparkInfo
 
 KIB = 1024
 GIB = 1024**3
@@ -57,6 +59,9 @@ class SimHostFacts:
         self.envfiles: dict[str, EnvFile] = {}
         self.drop_caches_count = 0
         self.clock = clock
+        self.info = SimSparkInfo.gb10()
+        self.disk_by_path: dict[str, tuple[int, int]] = {}
+        """(total, free) of the filesystem under one path, where it differs from `disk` (a full model disk)."""
 
     def add_model_path(self, path: str, size: int) -> None:
         self.models[path] = size
@@ -112,6 +117,11 @@ class SimHostFacts:
         else:
             disk = {"path": request.disk_path, "total": self.disk[0], "free": self.disk[1]}
         models = {p: {"exists": p in self.models, "bytes": self.models.get(p, 0)} for p in request.model_paths}
+        disks = {}
+        for path in dict.fromkeys([*request.model_paths, request.disk_path]):
+            total_free = self.disk_by_path.get(path, self.disk)
+            if total_free is not None:  # the real probe measures the nearest existing parent; nothing here
+                disks[path] = {"measured_at": path, "total": total_free[0], "free": total_free[1]}
         out = {
             "probe_version": PROBE_VERSION,
             "hostname": hostname,
@@ -123,6 +133,7 @@ class SimHostFacts:
             "disk": disk,
             "models": models,
             "lease": self.leases.get(request.lease_file),
+            "host": self.info.section(disks, errors),
             "errors": errors,
         }
         return json.dumps(out, sort_keys=True) + "\n"

@@ -27,6 +27,7 @@ from reconciler.facts.docker import (
     parse_image_inspect,
     parse_inspect,
 )
+from reconciler.facts.hostinfo import HostInfo
 from reconciler.facts.observed import ObservedContainer, ObservedHost
 from reconciler.facts.parse import parse_lease_output, parse_meminfo, parse_probe
 
@@ -70,7 +71,13 @@ def _host(h: ObservedHost) -> dict[str, Any]:
         "models": {p: asdict(m) for p, m in h.models.items()},
         "lease": asdict(h.lease) if h.lease else None,
         "probe_errors": list(h.probe_errors),
+        "info": _info(h.info),
     }
+
+
+def _info(info: HostInfo | None) -> dict[str, Any] | None:
+    """The host facts as JSON values (tuples as lists), so a case states them as the probe's JSON does."""
+    return None if info is None else json.loads(json.dumps(asdict(info)))
 
 
 def _inspected(c: ObservedContainer) -> dict[str, Any]:

@@ -65,6 +65,16 @@ def _inspect(cid: str, name: str, lane: str, rank: int, state: str, code: int) -
     }
 
 
+def host_fact_errors() -> tuple[str, ...]:
+    """What the probe says of the host facts this machine cannot give: the PATH of these tests holds
+    python3 (and a fake docker) only, so no nvidia-smi; and no NVIDIA driver unless one is loaded here."""
+    out = []
+    if not (os.path.exists("/sys/module/nvidia/version") or os.path.exists("/proc/driver/nvidia/version")):
+        out.append("nvidia driver: not loaded (no /sys/module/nvidia/version, no /proc/driver/nvidia/version)")
+    out.append("nvidia-smi: not found")
+    return tuple(out)
+
+
 def _ps_line(cid: str, name: str, labels: str, state: str) -> str:
     return json.dumps({"ID": cid[:12], "Names": name, "Image": "some/image:tag", "Labels": labels, "State": state})
 
@@ -149,7 +159,7 @@ def test_probe_script_runs_and_parses(tmp_path: Path, bin_dir: Path) -> None:
         result = _run(bin_dir, probe_argv(list(models.values()), str(lease_file), str(tmp_path)))
     assert result.returncode == 0, result.stderr
     host = parse_probe("local", result.stdout)
-    assert host.probe_errors == ()
+    assert host.probe_errors == host_fact_errors()
     assert host.hostname == socket.gethostname()
     assert host.probed_at is not None
     assert abs(host.probed_at - time.time()) < 30
@@ -185,7 +195,11 @@ def test_probe_without_docker_or_disk_still_reports(tmp_path: Path, bin_dir: Pat
     assert host.lease is None
     assert (host.disk_free, host.disk_total) == (None, None)
     assert host.memory is not None
-    assert host.probe_errors == ("docker: not found", "disk /no/such/disk: No such file or directory")
+    assert host.probe_errors == (
+        "docker: not found",
+        "disk /no/such/disk: No such file or directory",
+        *host_fact_errors(),
+    )
 
 
 def test_probe_reports_failing_docker(tmp_path: Path, bin_dir: Path) -> None:
@@ -193,7 +207,9 @@ def test_probe_reports_failing_docker(tmp_path: Path, bin_dir: Path) -> None:
     result = _run(bin_dir, probe_argv([], str(tmp_path / "lease.json"), str(tmp_path)))
     host = parse_probe("local", result.stdout)
     assert host.containers == ()
-    assert [e.split(":")[0] for e in host.probe_errors] == ["docker ps", "docker ps"]
+    assert [e.split(":")[0] for e in host.probe_errors] == ["docker ps", "docker ps"] + [
+        e.split(":")[0] for e in host_fact_errors()
+    ]
     assert "fake docker: no answer" in host.probe_errors[0]
 
 
@@ -252,3 +268,43 @@ def test_lease_script_rejects_bad_usage(tmp_path: Path, bin_dir: Path) -> None:
     result = _run(bin_dir, argv)
     assert result.returncode == 2
     assert "usage" in result.stderr
+
+
+def test_probe_reports_this_machines_host_facts(tmp_path: Path, bin_dir: Path) -> None:
+    """The host facts of the machine running the tests, each against what it says of itself."""
+    model = tmp_path / "models" / "not-yet-downloaded"
+    result = _run(bin_dir, probe_argv([str(model)], str(tmp_path / "lease.json"), str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    host = parse_probe("local", result.stdout)
+    info = host.info
+    assert info is not None
+    uname = os.uname()
+    assert (info.kernel, info.arch) == (uname.release, uname.machine)
+    pretty = next(
+        line.split("=", 1)[1].strip().strip('"')
+        for line in Path("/etc/os-release").read_text().splitlines()
+        if line.startswith("PRETTY_NAME=")
+    )
+    assert info.os_release == pretty
+    # No nvidia-smi on this PATH: unknown, and said so; a loaded driver would still be read.
+    assert (info.cuda_version, info.gpu_processes) == (None, None)
+    assert "nvidia-smi: not found" in host.probe_errors
+    if not Path("/sys/class/infiniband").exists():
+        assert info.rdma == ()
+    if not Path("/dev/infiniband").exists():
+        assert info.rdma_char_devices == ()
+    assert info.links is not None
+    names = {lk.name for lk in info.links}
+    assert names == set(os.listdir("/sys/class/net"))  # this process and sysfs share the root namespace here
+    lo = info.link("lo")
+    assert lo is not None and "127.0.0.1/8" in lo.ipv4 and lo.mtu == 65536
+    for lk in info.links:
+        assert lk.mtu == int(Path(f"/sys/class/net/{lk.name}/mtu").read_text())
+        assert lk.operstate == Path(f"/sys/class/net/{lk.name}/operstate").read_text().strip()
+    # A model that is not there yet is measured where it will land: its nearest existing parent.
+    space = info.disks[str(model)]
+    assert space.measured_at == str(tmp_path)
+    st = os.statvfs(tmp_path)
+    assert space.total == st.f_blocks * st.f_frsize
+    assert 0 < space.free <= space.total
+    assert set(info.disks) == {str(model), str(tmp_path)}
