@@ -18,8 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from reconciler.engines.contract import container_flags
+from reconciler.engines.fabric import RankNet
+from reconciler.engines.ports import LanePorts
 from reconciler.errors import InputError
 from reconciler.facts.container import ContainerSpec
 from reconciler.facts.labels import (
@@ -41,7 +44,7 @@ HF_CACHE_TARGET = "/root/.cache/huggingface"
 """Where every engine image looks for the Hugging Face cache (HF_HOME points here too)."""
 
 BIND_ALL = "0.0.0.0"
-SPEC_SCHEMA = 1
+SPEC_SCHEMA = 2
 """Bumped when the hashed shape changes, so old and new hashes never collide by accident."""
 
 HASH_CHARS = 16
@@ -61,15 +64,11 @@ class RankContext:
     rank: int
     host: Host
     """This rank's host, `lane.hosts[rank]`."""
-    head_address: str
-    """Address of `lane.hosts[0]`: rendezvous point of every multi-node launcher."""
     commit: str
     """State commit sha: goes into a label, never into the spec hash."""
-    dist_port: int = 29500
-    """Rendezvous port for torch.distributed (vLLM --master-port) and SGLang --dist-init-addr."""
-    ray_port: int = 6379
-    peer_addresses: tuple[str, ...] = ()
-    """Addresses of all ranks in rank order (filled by `render_lane`); engines that list peers need it."""
+    ports: LanePorts
+    network: tuple[RankNet, ...] = ()
+    """Every rank's network in rank order (`engines.fabric`); empty for a single-rank lane."""
 
     @property
     def ranks(self) -> int:
@@ -84,12 +83,25 @@ class RankContext:
         return self.rank == 0
 
     @property
-    def address(self) -> str:
-        return self.host.address
+    def net(self) -> RankNet:
+        """This rank's network; only multi-node lanes have one."""
+        if not self.network:
+            raise ValueError(f"lane '{self.lane.name}' has one rank and no data-plane network")
+        return self.network[self.rank]
 
     @property
-    def interface(self) -> str:
-        return self.host.interface(self.fleet)
+    def address(self) -> str:
+        """What this rank announces as its own address: on the data plane, never the SSH address."""
+        return self.net.own_address
+
+    @property
+    def head_address(self) -> str:
+        """Where this rank finds rank 0, the rendezvous point of every multi-node launcher."""
+        return self.net.head_address
+
+    @property
+    def peer_addresses(self) -> tuple[str, ...]:
+        return tuple(n.own_address for n in self.network)
 
 
 def compute_spec_hash(spec: ContainerSpec) -> str:
@@ -114,25 +126,78 @@ def compute_spec_hash(spec: ContainerSpec) -> str:
         "ipc": spec.ipc,
         "gpus": spec.gpus,
         "shm_size": spec.shm_size,
+        "privileged": spec.privileged,
+        "devices": list(spec.devices),
+        "cap_add": list(spec.cap_add),
+        "ulimits": list(spec.ulimits),
+        "security_opt": list(spec.security_opt),
+        "memory": spec.memory,
+        "oom_score_adj": spec.oom_score_adj,
     }
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:HASH_CHARS]
 
 
 def rank_env(ctx: RankContext, engine_env: Mapping[str, str]) -> dict[str, str]:
-    """HF cache and the network interface as Spark users set them, then the engine's, then the lane's.
+    """HF cache and the data plane as Spark users set them, then the engine's, then the lane's.
 
     The lane's own `env` wins: it is how a team sets what the renderer cannot
-    know (NCCL_IB_HCA, NCCL_DEBUG, an engine switch).
+    know (NCCL_DEBUG, NCCL buffer sizes, an engine switch).
     """
     env = {"HF_HOME": HF_CACHE_TARGET}
     if ctx.multi_node:
-        # ConnectX-7 between Sparks: NCCL runs over RoCE (IB verbs), so IB stays enabled,
-        # and the socket bootstrap of NCCL and GLOO must use the cabled interface.
-        iface = ctx.interface
-        env.update({"NCCL_SOCKET_IFNAME": iface, "GLOO_SOCKET_IFNAME": iface, "NCCL_IB_DISABLE": "0"})
+        env.update(fabric_env(ctx.net))
     env.update(engine_env)
     env.update(ctx.lane.env)
+    return env
+
+
+def fabric_env(net: RankNet) -> dict[str, str]:
+    """NCCL, GLOO, TensorPipe and UCX on the rank's data plane (or, on a ring, its control network).
+
+    Sources: NVIDIA's vLLM playbook (nvidia/vllm/README.md: NCCL_SOCKET_IFNAME,
+    GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME, UCX_NET_DEVICES on the QSFP
+    interface); sparkrun's orchestration/infiniband.py `generate_nccl_env`
+    (NCCL_NET=IB, NCCL_IB_DISABLE=0, NCCL_CROSS_NIC=1,
+    NCCL_IGNORE_CPU_AFFINITY=1, NCCL_IB_HCA; on a ring NCCL_NET_PLUGIN=none,
+    NCCL_IB_SUBNET_AWARE_ROUTING=1, NCCL_IB_MERGE_NICS=0, as NVIDIA's
+    spark_cluster_setup.py runs its ring test); sparkrun-recipes'
+    launch-sgl-dsv41.sh (NCCL_IB_ROCE_VERSION_NUM=2, NCCL_IB_ADDR_FAMILY=AF_INET,
+    NCCL_IB_ADDR_RANGE=the fabric subnet).
+
+    No NCCL_IB_GID_INDEX: the RoCE v2 GID of the port's IPv4 address differs
+    between Sparks of one fleet (3 on some, 4 on others, as that launcher
+    notes), and NCCL since 2.21 picks it itself on each node when the index is
+    unset (NVIDIA/nccl src/transport/net_ib/connect.cc: IB_GID_INDEX defaults
+    to -1, selected by IB_ADDR_FAMILY, IB_ADDR_RANGE and IB_ROCE_VERSION_NUM).
+    The probe checks that such a GID exists on every rank host.
+    """
+    ifnames = ",".join(net.socket_ifnames)
+    env = {
+        "NCCL_SOCKET_IFNAME": ifnames,
+        "GLOO_SOCKET_IFNAME": ifnames,
+        "TP_SOCKET_IFNAME": ifnames,
+        "UCX_NET_DEVICES": ifnames,
+        "NCCL_IGNORE_CPU_AFFINITY": "1",
+    }
+    if not net.hcas:
+        # No RoCE device on these ports: NCCL's socket transport, said out loud rather than found by a timeout.
+        env["NCCL_IB_DISABLE"] = "1"
+        return env
+    env.update(
+        {
+            "NCCL_IB_DISABLE": "0",
+            "NCCL_NET": "IB",
+            "NCCL_IB_HCA": ",".join(net.hcas),
+            "NCCL_CROSS_NIC": "1",
+            "NCCL_IB_ROCE_VERSION_NUM": "2",
+            "NCCL_IB_ADDR_FAMILY": "AF_INET",
+        }
+    )
+    if net.ib_subnet is not None:
+        env["NCCL_IB_ADDR_RANGE"] = net.ib_subnet
+    if net.ring:
+        env.update({"NCCL_NET_PLUGIN": "none", "NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_IB_MERGE_NICS": "0"})
     return env
 
 
@@ -191,6 +256,7 @@ def seal(
     env_file = f"{ctx.fleet.state_dir_on_host}/env/{name}.env" if secret_env else None
     if image.startswith("-"):
         raise InputError(f"lane '{lane.name}': image {image!r} would be read as a docker option", field="image")
+    flags = container_flags(ctx.fleet.container, ctx.host, multi_node=ctx.multi_node)
     labels = {
         LABEL_MANAGED: MANAGED_VALUE,
         LABEL_LANE: lane.name,
@@ -208,6 +274,14 @@ def seal(
         env_file=env_file,
         labels=tuple(sorted(labels.items())),
         mounts=rank_mounts(ctx),
+        shm_size=flags.shm_size,
+        privileged=flags.privileged,
+        devices=flags.devices,
+        cap_add=flags.cap_add,
+        ulimits=flags.ulimits,
+        security_opt=flags.security_opt,
+        memory=flags.memory,
+        oom_score_adj=flags.oom_score_adj,
         spec_hash="",
         serves_http=ctx.is_head,
     )
@@ -216,23 +290,7 @@ def seal(
     labels[LABEL_SPEC] = digest
     labels[LABEL_COMMIT] = ctx.commit
     _refuse_nul(lane.name, [ctx.commit])
-    return ContainerSpec(
-        name=draft.name,
-        image=draft.image,
-        command=draft.command,
-        entrypoint=draft.entrypoint,
-        env=draft.env,
-        secret_env=draft.secret_env,
-        env_file=draft.env_file,
-        labels=tuple(sorted(labels.items())),
-        mounts=draft.mounts,
-        network=draft.network,
-        ipc=draft.ipc,
-        gpus=draft.gpus,
-        shm_size=draft.shm_size,
-        spec_hash=digest,
-        serves_http=draft.serves_http,
-    )
+    return replace(draft, labels=tuple(sorted(labels.items())), spec_hash=digest)
 
 
 def _strings_of(spec: ContainerSpec) -> list[str]:

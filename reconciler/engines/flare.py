@@ -9,7 +9,7 @@ R --hosts A,B,C,D` (every rank lists all ranks' addresses in rank order;
 upstream serves "over hosts cabled as a chain"). Presets and tuning live in
 the lane's `args`, which come last and so can override any of the above.
 
-The lane's `ep` and `dcp` have no known FLARE flag and are not rendered;
+The lane's `dcp` has no known FLARE flag and is not rendered, and an `ep` above 1 is refused;
 a lane that needs them says so in its `args`.
 """
 
@@ -32,6 +32,12 @@ def _hosts_flag(ctx: RankContext) -> str:
 
 def render(ctx: RankContext) -> ContainerSpec:
     lane = ctx.lane
+    if lane.ep > 1:
+        raise InputError(
+            f"lane '{lane.name}': FLARE has no expert-parallel flag that lanes knows of, so ep {lane.ep} would "
+            "run without expert parallelism; set ep: 1 (and pass FLARE's own option in args)",
+            field="ep",
+        )
     argv = [
         "serve",
         "--model",

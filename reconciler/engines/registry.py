@@ -11,6 +11,8 @@ from types import MappingProxyType
 
 from reconciler.engines import flare, generic, sglang, vllm
 from reconciler.engines.base import RankContext, all_at_once
+from reconciler.engines.fabric import lane_network
+from reconciler.engines.ports import LanePorts
 from reconciler.errors import InputError
 from reconciler.facts.container import ContainerSpec
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
@@ -47,9 +49,6 @@ def render_lane(
     fleet: FleetDefaults,
     hosts: Mapping[str, Host],
     commit: str,
-    *,
-    dist_port: int = 29500,
-    ray_port: int = 6379,
 ) -> list[ContainerSpec]:
     """Specs of all ranks, in rank order."""
     missing = [name for name in lane.hosts if name not in hosts]
@@ -58,7 +57,8 @@ def render_lane(
             f"lane '{lane.name}': host(s) {', '.join(missing)} not defined in the state's hosts",
             field="hosts",
         )
-    peers = tuple(hosts[name].address for name in lane.hosts)
+    ports = LanePorts.of(lane)
+    network = lane_network(lane.name, [hosts[name] for name in lane.hosts])
     return [
         render_rank(
             RankContext(
@@ -67,11 +67,9 @@ def render_lane(
                 fleet=fleet,
                 rank=rank,
                 host=hosts[name],
-                head_address=peers[0],
                 commit=commit,
-                dist_port=dist_port,
-                ray_port=ray_port,
-                peer_addresses=peers,
+                ports=ports,
+                network=network,
             )
         )
         for rank, name in enumerate(lane.hosts)

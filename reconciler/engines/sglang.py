@@ -43,7 +43,24 @@ def kv_cache_dtype(ctx: RankContext) -> str | None:
     return _KV_DTYPES[wanted]
 
 
+def _refuse_unhonoured_ep(ctx: RankContext) -> None:
+    """SGLang splits each MoE layer into tp/ep tensor-parallel groups of experts, so ep must divide tp.
+
+    sglang/srt/model_executor/model_runner_components/moe_ep_setup.py raises "tp_size must be divisible
+    by ep_size" (moe_tp_size = tp_size // ep_size // dp_size); an ep across pipeline stages is not one.
+    """
+    lane = ctx.lane
+    if lane.tp % lane.ep:
+        fits = [d for d in range(1, lane.tp + 1) if lane.tp % d == 0]
+        raise InputError(
+            f"lane '{lane.name}': SGLang's --ep-size must divide --tp-size (experts are split within a TP "
+            f"group), and ep {lane.ep} does not divide tp {lane.tp}; use one of {fits}",
+            field="ep",
+        )
+
+
 def render(ctx: RankContext) -> ContainerSpec:
+    _refuse_unhonoured_ep(ctx)
     lane = ctx.lane
     argv = [
         "-m",
@@ -84,8 +101,19 @@ def render(ctx: RankContext) -> ContainerSpec:
             "--node-rank",
             str(ctx.rank),
             "--dist-init-addr",
-            f"{ctx.head_address}:{ctx.dist_port}",
+            f"{ctx.head_address}:{ctx.ports.dist}",
         ]
-        engine_env["SGLANG_HOST_IP"] = ctx.address
+        engine_env.update(
+            {
+                # Read first by SGLang's get_ip (sglang/srt/utils/network.py: SGLANG_HOST_IP, then HOST_IP).
+                "SGLANG_HOST_IP": ctx.address,
+                # sparkrun's runtimes/sglang.py `get_cluster_env` sets both for SGLang clusters on Sparks:
+                "NCCL_CUMEM_ENABLE": "0",
+                # SGLang refuses to start when a rank's free memory before loading is under 0.9 of another's
+                # (sglang/srt/distributed/bootstrap.py `_check_tp_memory_balance`, on by default in
+                # environ.py); on GB10's unified memory free memory differs per host with its page cache.
+                "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK": "0",
+            }
+        )
     argv += lane.args
     return seal(ctx, image=lane.image, entrypoint="python3", command=argv, engine_env=engine_env)

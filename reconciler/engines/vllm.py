@@ -12,31 +12,56 @@ HEAD --master-port P`; ranks above 0 add `--headless` (no API server).
 They rendezvous among themselves, so all ranks start together.
 
 Spark specifics, as eugr's launcher sets them: each rank announces its own
-address (VLLM_HOST_IP, `ray start --node-ip-address`); Ray's object store
-is capped at 1 GiB and its memory monitor is off, because on GB10's unified
-memory both would otherwise take or police memory the GPU budget counts
-on; Ray's transports (TP_SOCKET_IFNAME, UCX_NET_DEVICES) use the cabled
-interface like NCCL and GLOO.
+data-plane address (VLLM_HOST_IP, `ray start --node-ip-address`); Ray's
+object store is capped at 1 GiB and its memory monitor is off, because on
+GB10's unified memory both would otherwise take or police memory the GPU
+budget counts on. Every port Ray would pick or fix per host is pinned from
+the lane's port block (`engines/ports.py`), so two Ray lanes can share a host.
 
-The head of a Ray lane runs two programs, so its command is a fixed
-`/bin/sh -c` script that never contains a lane field: the Ray port and the
-host address arrive as positional parameters and `vllm serve` with all its
-flags as `"$@"`, each one its own argv item.
+The head of a Ray lane runs three steps, so its command is a fixed
+`/bin/sh -c` script that never contains a lane field: start the Ray head,
+wait until every rank's node has joined (so `vllm serve` never places its
+workers on a half-formed cluster), then exec `vllm serve`. Its parameters
+arrive positionally and `vllm serve` with all its flags as `"$@"`, each one
+its own argv item.
 """
 
 from __future__ import annotations
 
 from reconciler.engines.base import BIND_ALL, RankContext, all_at_once, seal
+from reconciler.errors import InputError
 from reconciler.facts.container import ContainerSpec
 from reconciler.spec import Lane
 
 RAY_OBJECT_STORE_BYTES = "1073741824"
-RAY_HEAD_SCRIPT = (
-    'ray start --head --port="$1" --node-ip-address="$2" '
-    f"--object-store-memory={RAY_OBJECT_STORE_BYTES} --include-dashboard=false --disable-usage-stats "
-    '&& shift 2 && exec "$@"'
+RAY_JOIN_TIMEOUT_S = 600
+"""How long the head waits for the workers' Ray nodes: they start right after it, but pull and start in parallel."""
+RAY_NODES_ALIVE = (
+    "import sys, time, ray\n"
+    "want, deadline = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])\n"
+    "ray.init(address='auto', logging_level='ERROR')\n"
+    "t0 = time.monotonic()\n"
+    "while True:\n"
+    "    alive = sum(1 for n in ray.nodes() if n.get('Alive'))\n"
+    "    if alive >= want:\n"
+    "        took = time.monotonic() - t0\n"
+    "        print('lanes: %d of %d Ray nodes joined after %.1f s' % (alive, want, took), flush=True)\n"
+    "        break\n"
+    "    if time.monotonic() > deadline:\n"
+    "        sys.exit('lanes: only %d of %d Ray nodes joined in %s s' % (alive, want, sys.argv[2]))\n"
+    "    time.sleep(1)\n"
 )
-"""A constant: lane fields reach it only as "$1", "$2" and "$@", never as text."""
+"""Counts live nodes through Ray's own API (`ray.nodes()`), which `ray status` prints from as well."""
+RAY_HEAD_SCRIPT = (
+    'ray start --head --node-ip-address="$1" '
+    f"--object-store-memory={RAY_OBJECT_STORE_BYTES} --include-dashboard=false --disable-usage-stats "
+    '"$4" "$5" "$6" "$7" "$8" "$9" "${10}" "${11}" "${12}" "${13}" '
+    f'&& python3 -c "$RAY_NODES_ALIVE" "$2" "$3" && shift 13 && exec "$@"'
+)
+"""A constant: lane fields reach it only as positional parameters, never as text.
+
+$1 the head's address, $2 how many nodes to wait for, $3 for how long, $4..$13 the ten port flags of
+`RayPorts.start_flags(head=True)`, then `vllm serve ...` as "$@". The join check arrives in the env."""
 RAY_HEAD_ARGV0 = "lanes-ray-head"
 
 # Spellings the lane vocabulary shares with other engines that vLLM writes differently.
@@ -87,7 +112,26 @@ def _network_env(ctx: RankContext) -> dict[str, str]:
     return {"VLLM_HOST_IP": ctx.address} if ctx.multi_node else {}
 
 
+def _refuse_unhonoured_ep(ctx: RankContext) -> None:
+    """vLLM has no EP size: `--enable-expert-parallel` shards experts over TP x DP within a pipeline stage.
+
+    vllm/model_executor/layers/fused_moe/config.py, `FusedMoEParallelConfig.make`: `use_ep = dp_size * tp_size
+    > 1 and enable_expert_parallel`, then `ep_size` is that flattened tp_size. A lane renders no DP, so EP is
+    tp; an `ep` that is neither 1 nor tp would quietly run as something else.
+    """
+    lane = ctx.lane
+    if lane.ep in (1, lane.tp) and not (lane.ep > 1 and lane.tp == 1):
+        return
+    runs = f"EP {lane.tp}" if lane.tp > 1 else "no expert parallelism at all (tp x dp is 1)"
+    raise InputError(
+        f"lane '{lane.name}': vLLM shards experts over tp x dp within a pipeline stage, so ep {lane.ep} with "
+        f"tp {lane.tp} would run {runs}; set ep to {lane.tp if lane.tp > 1 else 1}",
+        field="ep",
+    )
+
+
 def render(ctx: RankContext) -> ContainerSpec:
+    _refuse_unhonoured_ep(ctx)
     if uses_ray(ctx.lane):
         return _render_ray(ctx)
     return _render_native(ctx)
@@ -104,43 +148,46 @@ def _render_native(ctx: RankContext) -> ContainerSpec:
             "--master-addr",
             ctx.head_address,
             "--master-port",
-            str(ctx.dist_port),
+            str(ctx.ports.dist),
         ]
         if not ctx.is_head:
             argv.append("--headless")
     argv += ctx.lane.args
-    return seal(ctx, image=ctx.lane.image, entrypoint="vllm", command=argv, engine_env=_network_env(ctx))
+    env = _network_env(ctx)
+    if ctx.multi_node:
+        # sparkrun's runtimes/vllm_distributed.py `get_cluster_env` for native multi-node vLLM on Sparks.
+        env.update({"NCCL_CUMEM_ENABLE": "0", "OMP_NUM_THREADS": "4"})
+    return seal(ctx, image=ctx.lane.image, entrypoint="vllm", command=argv, engine_env=env)
 
 
 def _render_ray(ctx: RankContext) -> ContainerSpec:
-    iface = ctx.interface
-    env = {
-        **_network_env(ctx),
-        "TP_SOCKET_IFNAME": iface,
-        "UCX_NET_DEVICES": iface,
-        "RAY_memory_monitor_refresh_ms": "0",
-    }
+    env = {**_network_env(ctx), "RAY_memory_monitor_refresh_ms": "0"}
+    ray_ports = ctx.ports.ray
     if ctx.is_head:
         argv = [
             "-c",
             RAY_HEAD_SCRIPT,
             RAY_HEAD_ARGV0,
-            str(ctx.ray_port),
             ctx.address,
+            str(ctx.ranks),
+            str(RAY_JOIN_TIMEOUT_S),
+            *ray_ports.start_flags(head=True),
             "vllm",
             *serve_argv(ctx),
             "--distributed-executor-backend",
             "ray",
             *ctx.lane.args,
         ]
+        env["RAY_NODES_ALIVE"] = RAY_NODES_ALIVE
         return seal(ctx, image=ctx.lane.image, entrypoint="/bin/sh", command=argv, engine_env=env)
     argv = [
         "start",
         "--address",
-        f"{ctx.head_address}:{ctx.ray_port}",
+        f"{ctx.head_address}:{ray_ports.gcs}",
         "--node-ip-address",
         ctx.address,
         f"--object-store-memory={RAY_OBJECT_STORE_BYTES}",
+        *ray_ports.start_flags(head=False),
         "--disable-usage-stats",
         "--block",
     ]

@@ -36,6 +36,15 @@ class ContainerSpec:
     ipc: str = "host"
     gpus: str = "all"
     shm_size: str | None = None
+    privileged: bool = False
+    devices: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    ulimits: tuple[str, ...] = ()
+    """`name=soft[:hard]`, as `docker run --ulimit` takes them."""
+    security_opt: tuple[str, ...] = ()
+    memory: str | None = None
+    """`--memory`, and `--memory-swap` the same: no swap beyond the cap."""
+    oom_score_adj: int | None = None
     spec_hash: str
     serves_http: bool
     """True for the rank that serves the OpenAI API (the head)."""

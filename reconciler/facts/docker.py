@@ -106,6 +106,20 @@ def run_argv(spec: ContainerSpec) -> list[str]:
     ]
     if spec.shm_size is not None:
         argv += ["--shm-size", spec.shm_size]
+    if spec.privileged:
+        argv.append("--privileged")
+    for device in spec.devices:
+        argv += ["--device", device]
+    for cap in spec.cap_add:
+        argv += ["--cap-add", cap]
+    for limit in spec.ulimits:
+        argv += ["--ulimit", limit]
+    for opt in spec.security_opt:
+        argv += ["--security-opt", opt]
+    if spec.memory is not None:
+        argv += ["--memory", spec.memory, "--memory-swap", spec.memory]
+    if spec.oom_score_adj is not None:
+        argv += ["--oom-score-adj", str(spec.oom_score_adj)]
     for key, value in spec.labels:
         argv += ["--label", f"{key}={value}"]
     for key, value in spec.env:

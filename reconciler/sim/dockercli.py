@@ -36,7 +36,7 @@ RUN_VALUE_OPTIONS = words(
     "--name --label -l -e --env --env-file -v --volume --mount --gpus --network --net --ipc --shm-size "
     "--restart --entrypoint --ulimit --pid --user -u --workdir -w --device --cap-add --cap-drop "
     "--security-opt --runtime --log-driver --log-opt --pull --hostname -h --cpus --memory -m --tmpfs "
-    "--add-host -p --publish --stop-timeout --stop-signal --platform --group-add"
+    "--add-host -p --publish --stop-timeout --stop-signal --platform --group-add --memory-swap --oom-score-adj"
 )
 RUN_FLAGS = words("-d --detach --rm --privileged --init -i --interactive -t --tty -it -dit -itd")
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
@@ -189,6 +189,20 @@ def ram_in_bytes(text: str, flag: str) -> int:
     return int(float(match.group(1)) * scale)
 
 
+ULIMIT_NAMES = words(
+    "core cpu data fsize locks memlock msgqueue nice nofile nproc rss rtprio rttime sigpending stack"
+)
+"""What docker's go-units ParseUlimit knows (the RLIMIT_* names, lower case, without `as`)."""
+CAPABILITIES = words(
+    "AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE "
+    "DAC_READ_SEARCH FOWNER FSETID IPC_LOCK IPC_OWNER KILL LEASE LINUX_IMMUTABLE MAC_ADMIN MAC_OVERRIDE MKNOD "
+    "NET_ADMIN NET_BIND_SERVICE NET_BROADCAST NET_RAW PERFMON SETFCAP SETGID SETPCAP SETUID SYSLOG SYS_ADMIN "
+    "SYS_BOOT SYS_CHROOT SYS_MODULE SYS_NICE SYS_PACCT SYS_PTRACE SYS_RAWIO SYS_RESOURCE SYS_TIME "
+    "SYS_TTY_CONFIG WAKE_ALARM ALL"
+)
+"""Linux capabilities as docker accepts them for --cap-add (with or without the CAP_ prefix)."""
+
+
 def parse_ulimits(values: Sequence[str]) -> list[dict[str, Any]] | None:
     """`--ulimit name=soft[:hard]` as docker records it; no flag is null (Go's nil list)."""
     out = []
@@ -197,8 +211,46 @@ def parse_ulimits(values: Sequence[str]) -> list[dict[str, Any]] | None:
         soft, _, hard = limits.partition(":")
         if not eq or not soft.lstrip("-").isdigit() or (hard and not hard.lstrip("-").isdigit()):
             raise CliError(f'invalid argument "{value}" for "--ulimit" flag: invalid ulimit argument: {value}', 125)
+        if name not in ULIMIT_NAMES:
+            raise CliError(f'invalid argument "{value}" for "--ulimit" flag: invalid ulimit type: {name}', 125)
+        if (hard and int(soft) > int(hard) >= 0) or (int(soft) == -1 and hard and int(hard) != -1):
+            raise CliError(
+                f'invalid argument "{value}" for "--ulimit" flag: ulimit soft limit must be less than or equal '
+                f"to hard limit: {soft} > {hard}",
+                125,
+            )
         out.append({"Name": name, "Hard": int(hard or soft), "Soft": int(soft)})
     return out or None
+
+
+def parse_caps(values: Sequence[str]) -> list[str] | None:
+    caps = []
+    for value in values:
+        cap = value.upper().removeprefix("CAP_")
+        if cap not in CAPABILITIES:
+            raise CliError(
+                f'docker: Error response from daemon: invalid CapAdd: unknown capability: "CAP_{cap}".\n'
+                "See 'docker run --help'.",
+                125,
+            )
+        caps.append(f"CAP_{cap}")
+    return caps or None
+
+
+def parse_oom_score_adj(value: str | None) -> int:
+    if value is None:
+        return 0
+    if not value.lstrip("-").isdigit():
+        raise CliError(f'invalid argument "{value}" for "--oom-score-adj" flag: strconv.ParseInt: parsing '
+                       f'"{value}": invalid syntax', 125)  # fmt: skip
+    score = int(value)
+    if not -1000 <= score <= 1000:
+        raise CliError(
+            f"docker: Error response from daemon: Invalid value {score}, range for oom score adj is "
+            "[-1000, 1000].\nSee 'docker run --help'.",
+            125,
+        )
+    return score
 
 
 def device_requests(gpus: str | None) -> list[dict[str, Any]] | None:

@@ -49,6 +49,8 @@ class SimDockerDaemon:
         self.images: dict[str, SimImage] = {}  # by repo@digest
         self.tags: dict[tuple[str, str], str] = {}  # (repo, tag) -> digest
         self.spawned: list[SimContainer] = []  # every container ever started, for leak checks
+        self.devices: set[str] = {"/dev/infiniband"}
+        """Device paths `docker run --device` finds on this host: a Spark's RoCE devices, unless a test removes them."""
         self._commands: dict[str, Callable[[list[str]], Awaitable[Result]]] = {
             "pull": self.pull,
             "image pull": self.pull,
@@ -209,9 +211,28 @@ class SimDockerDaemon:
         self.spawned.append(container)
         return 0, cid + "\n", stderr
 
-    @staticmethod
-    def _host_config(opts: cli.Options) -> dict[str, Any]:
+    def _host_config(self, opts: cli.Options) -> dict[str, Any]:
         # Typed as docker prints them: sizes in bytes, null for a list no flag filled (Go's nil slice).
+        memory = cli.ram_in_bytes(m, "--memory") if (m := opts.last("--memory")) else 0
+        swap_text = opts.last("--memory-swap")
+        swap = -1 if swap_text == "-1" else (cli.ram_in_bytes(swap_text, "--memory-swap") if swap_text else 0)
+        if swap and not memory:
+            raise CliError("docker: You should always set the Memory limit when using Memoryswap limit, see "
+                           "usage.\nSee 'docker run --help'.", 125)  # fmt: skip
+        if swap > 0 and swap < memory:
+            raise CliError("docker: Minimum memoryswap limit should be larger than memory limit, see usage.\n"
+                           "See 'docker run --help'.", 125)  # fmt: skip
+        devices = []
+        for device in opts.all("--device"):
+            path = device.split(":")[0]
+            if path not in self.devices:
+                raise CliError(
+                    "docker: Error response from daemon: error gathering device information while adding custom "
+                    f'device "{path}": no such file or directory.\nSee \'docker run --help\'.',
+                    125,
+                )
+            target = device.split(":")[1] if ":" in device else path
+            devices.append({"PathOnHost": path, "PathInContainer": target, "CgroupPermissions": "rwm"})
         return {
             "NetworkMode": opts.last("--network", "bridge"),
             "IpcMode": opts.last("--ipc", "private"),
@@ -220,6 +241,12 @@ class SimDockerDaemon:
             "RestartPolicy": {"Name": opts.last("--restart", "no"), "MaximumRetryCount": 0},
             "Privileged": "--privileged" in opts.flags,
             "Ulimits": cli.parse_ulimits(opts.all("--ulimit")),
+            "CapAdd": cli.parse_caps(opts.all("--cap-add")),
+            "SecurityOpt": opts.all("--security-opt") or None,
+            "Devices": devices,
+            "Memory": memory,
+            "MemorySwap": swap,
+            "OomScoreAdj": cli.parse_oom_score_adj(opts.last("--oom-score-adj")),
             "DeviceRequests": cli.device_requests(opts.last("--gpus")),
             "AutoRemove": "--rm" in opts.flags,
         }

@@ -1,6 +1,6 @@
 """spec: pydantic models of the state and policy files, and loading them from a commit's blobs."""
 
-from reconciler.spec.fleet import FleetDefaults, Host, SSHSettings
+from reconciler.spec.fleet import ContainerContract, DataPort, Fabric, FleetDefaults, Host, SSHSettings
 from reconciler.spec.lane import Health, Lane, Mount, SecretRef, Track
 from reconciler.spec.load import DesiredState, PolicySet, load_desired, load_policies
 from reconciler.spec.model import Architecture, ModelSpec, MoE
@@ -9,7 +9,10 @@ from reconciler.spec.upstream import GitHead, GitHubReleases, OCIRepository, Ups
 
 __all__ = [
     "Architecture",
+    "ContainerContract",
+    "DataPort",
     "DesiredState",
+    "Fabric",
     "FleetDefaults",
     "GitHead",
     "GitHubReleases",

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reconciler.engines import ContainerSpec, render_lane
-from reconciler.spec import Architecture, FleetDefaults, Host, Lane, ModelSpec
+from reconciler.spec import Architecture, DataPort, FleetDefaults, Host, Lane, ModelSpec
 
 IMAGE = "registry.example/engine@sha256:" + "a" * 64
 COMMIT = "c0ffee0000000000000000000000000000000000"
@@ -25,9 +25,20 @@ def fleet() -> FleetDefaults:
 
 @pytest.fixture
 def hosts() -> dict[str, Host]:
-    out = {f"dgx{i}": Host(name=f"dgx{i}", address=f"10.20.0.{10 + i}") for i in range(1, 8)}
-    out["dgx4"] = Host(name="dgx4", address="10.20.0.14", network_interface="enp1s0f1np1")
+    out = {
+        f"dgx{i}": Host(name=f"dgx{i}", address=f"10.20.0.{10 + i}", data_plane=(switch_port(i),)) for i in range(1, 8)
+    }
+    # dgx4 is cabled to the switch from its other CX-7 port.
+    out["dgx4"] = Host(
+        name="dgx4",
+        address="10.20.0.14",
+        data_plane=(DataPort(interface="enp1s0f1np1", address="192.168.100.14/24", hca="rocep1s0f1"),),
+    )
     return out
+
+
+def switch_port(i: int) -> DataPort:
+    return DataPort(interface="enp1s0f0np0", address=f"192.168.100.{10 + i}/24", hca="rocep1s0f0")
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ from reconciler.engines import render_lane, start_groups
 from reconciler.facts.docker import run_argv
 from reconciler.spec import load_desired
 
+from .golden import assert_golden
+
 pytestmark = pytest.mark.timeout(30)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,15 +35,47 @@ def test_example_lanes_render() -> None:
             assert spec.image in argv
 
 
-def test_production_lane_head_and_worker() -> None:
+@pytest.mark.parametrize("name", ["dsv41-flash-1017-4x-sglang", "eugr-nightly-dsv41-3x", "glm53-mxfp4-fp8-4x-r39",
+                                  "minimax-m31-flash-4x-flare"])
+def test_example_lane_golden(name: str) -> None:
+    desired = load_desired(_state_files(), "e" * 40)
+    lane = desired.lanes[name]
+    assert_golden(f"example-{name}", render_lane(lane, desired.models[lane.model], desired.fleet, desired.hosts,
+                                                 desired.commit))
+
+
+def test_production_lane_rendezvous_on_the_switch_fabric_not_the_ssh_address() -> None:
     desired = load_desired(_state_files(), "e" * 40)
     lane = desired.lanes["dsv41-flash-1017-4x-sglang"]
     model = desired.models[lane.model]
-    head, worker, *_ = render_lane(lane, model, desired.fleet, desired.hosts, desired.commit)
+    specs = render_lane(lane, model, desired.fleet, desired.hosts, desired.commit)
+    head, worker = specs[0], specs[1]
     assert head.serves_http
     assert not worker.serves_http
     assert head.command[head.command.index("--node-rank") + 1] == "0"
     assert worker.command[worker.command.index("--node-rank") + 1] == "1"
-    head_address = desired.hosts["dgx1"].address
-    assert head.command[head.command.index("--dist-init-addr") + 1] == f"{head_address}:29500"
+    for rank, spec in enumerate(specs):
+        env = spec.env_map
+        fabric = desired.hosts[lane.hosts[rank]].data_plane[0]
+        assert spec.command[spec.command.index("--dist-init-addr") + 1] == "192.168.100.11:28000"
+        assert env["SGLANG_HOST_IP"] == fabric.ip != desired.hosts[lane.hosts[rank]].address
+        assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("enp1s0f0np0", "enp1s0f0np0")
+        assert (env["NCCL_IB_HCA"], env["NCCL_IB_ADDR_RANGE"]) == ("rocep1s0f0", "192.168.100.0/24")
+        assert "NCCL_IB_GID_INDEX" not in env  # NCCL picks it per node
+        assert spec.privileged and (spec.shm_size, spec.memory, spec.oom_score_adj) == ("32g", "112g", 500)
     assert head.secret_env == ("HF_TOKEN",)
+
+
+def test_staging_lane_on_the_ring_uses_every_cable_for_rdma_and_the_control_network_for_sockets() -> None:
+    desired = load_desired(_state_files(), "e" * 40)
+    lane = desired.lanes["eugr-nightly-dsv41-3x"]
+    specs = render_lane(lane, desired.models[lane.model], desired.fleet, desired.hosts, desired.commit)
+    for rank, spec in enumerate(specs):
+        env = spec.env_map
+        host = desired.hosts[lane.hosts[rank]]
+        assert env["VLLM_HOST_IP"] == host.address
+        assert spec.command[spec.command.index("--master-addr") + 1] == desired.hosts["dgx5"].address
+        assert env["NCCL_SOCKET_IFNAME"] == "enP7s7"
+        assert env["NCCL_IB_HCA"].split(",") == [p.hca for p in host.data_plane]
+        assert (env["NCCL_IB_SUBNET_AWARE_ROUTING"], env["NCCL_IB_MERGE_NICS"]) == ("1", "0")
+        assert "NCCL_IB_ADDR_RANGE" not in env

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from reconciler.engines import start_groups
-from reconciler.facts.docker import run_argv
 
-from .conftest import COMMIT, IMAGE, MODEL_PATH, LaneFactory, Renderer
+from .conftest import COMMIT, MODEL_PATH, LaneFactory, Renderer
+from .golden import assert_golden
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -98,43 +98,12 @@ def _flare_command(rank: int) -> list[str]:
 
 def test_flare_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer) -> None:
     specs = render(make_lane(engine="flare"))
-    for rank in (0, 2):
-        assert run_argv(specs[rank]) == [
-            *_docker("flare", rank, specs[rank].spec_hash, NET_ENV),
-            "--entrypoint",
-            "flare",
-            IMAGE,
-            *_flare_command(rank),
-        ]
+    assert_golden("flare-4x", specs)
     assert start_groups(make_lane(engine="flare")) == [(0, 1, 2, 3)]
     assert [s.serves_http for s in specs] == [True, False, False, False]
 
 
 def test_generic_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer) -> None:
     args = ["llama-server", "--model", MODEL_PATH, "--port", "8000", "--alias", "x; rm -rf /"]
-    specs = render(make_lane(engine="generic", args=args))
-    for rank, in_env in ((0, "10.20.0.11"), (2, "10.20.0.11")):
-        env = [
-            "-e",
-            "FOO=bar",
-            "-e",
-            "GLOO_SOCKET_IFNAME=enp1s0f0np0",
-            "-e",
-            "HF_HOME=/root/.cache/huggingface",
-            "-e",
-            f"MASTER_ADDR={in_env}",
-            "-e",
-            "MASTER_PORT=29500",
-            "-e",
-            "NCCL_IB_DISABLE=0",
-            "-e",
-            "NCCL_SOCKET_IFNAME=enp1s0f0np0",
-            "-e",
-            "NNODES=4",
-            "-e",
-            f"NODE_RANK={rank}",
-        ]
-        docker = _docker("generic", rank, specs[rank].spec_hash, env)
-        assert run_argv(specs[rank]) == [*docker, IMAGE, *args]
-    assert specs[0].entrypoint is None
-    assert start_groups(make_lane(engine="generic")) == [(0, 1, 2, 3)]
+    assert_golden("generic-4x", render(make_lane(engine="generic", args=args)))
+

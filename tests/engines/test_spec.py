@@ -14,6 +14,8 @@ from reconciler.engines import (
     render_lane,
     render_rank,
 )
+from reconciler.engines.fabric import lane_network
+from reconciler.engines.ports import LanePorts
 from reconciler.errors import InputError
 from reconciler.facts.docker import run_argv
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
@@ -228,8 +230,9 @@ def test_render_rank_checks_its_context(
 
     def ctx(rank: int, host: str) -> RankContext:
         return RankContext(
-            lane=lane, model=model, fleet=fleet, rank=rank, host=hosts[host], head_address="10.20.0.11", commit=COMMIT
-        )
+            lane=lane, model=model, fleet=fleet, rank=rank, host=hosts[host], commit=COMMIT,
+            ports=LanePorts.of(lane), network=lane_network(lane.name, [hosts[h] for h in lane.hosts]),
+        )  # fmt: skip
 
     assert render_rank(ctx(1, "dgx2")).name == "lanes-golden-r1"
     with pytest.raises(ValueError, match="runs on dgx2"):
@@ -242,16 +245,15 @@ def test_flare_needs_every_peer_address(
     make_lane: LaneFactory, model: ModelSpec, fleet: FleetDefaults, hosts: Mapping[str, Host]
 ) -> None:
     lane = make_lane(engine="flare")
-    ctx = RankContext(
-        lane=lane, model=model, fleet=fleet, rank=0, host=hosts["dgx1"], head_address="10.20.0.11", commit=COMMIT
-    )
+    ctx = RankContext(lane=lane, model=model, fleet=fleet, rank=0, host=hosts["dgx1"], commit=COMMIT,
+                      ports=LanePorts.of(lane))  # fmt: skip
     with pytest.raises(ValueError, match="peer_addresses"):
         render_rank(ctx)
 
 
 def test_container_flags(make_lane: LaneFactory, render: Renderer) -> None:
     spec = render(make_lane())[0]
-    assert (spec.network, spec.ipc, spec.gpus, spec.shm_size) == ("host", "host", "all", None)
+    assert (spec.network, spec.ipc, spec.gpus, spec.shm_size) == ("host", "host", "all", "32g")
     argv = run_argv(spec)
     assert argv[:13] == [
         "docker",
@@ -268,4 +270,6 @@ def test_container_flags(make_lane: LaneFactory, render: Renderer) -> None:
         "--ipc",
         "host",
     ]
-    assert "--shm-size" not in argv
+    # The container contract of a privileged fleet (the default), as eugr's and sparkrun's launchers run ranks.
+    assert argv[13:21] == ["--shm-size", "32g", "--privileged", "--memory", "112g", "--memory-swap", "112g",
+                           "--oom-score-adj"]  # fmt: skip

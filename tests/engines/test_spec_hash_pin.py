@@ -33,10 +33,10 @@ pytestmark = pytest.mark.timeout(30)
 REPO = Path(__file__).resolve().parents[2]
 
 PINNED: dict[str, tuple[str, ...]] = {
-    "dsv41-flash-1017-4x-sglang": ("04931fd15020351a", "ae7b8660737f0666", "e34c61d37ed4c4c1", "ad98f55072794762"),
-    "eugr-nightly-dsv41-3x": ("f16e9af3ad8e6dc1", "115c4715a50ecd36", "c20296aa0668bdf6"),
-    "glm53-mxfp4-fp8-4x-r39": ("f76cd3f91fe13efb", "0231a7a31a66f262", "de75eb72d141b0af", "37207bc6bdb27713"),
-    "minimax-m31-flash-4x-flare": ("add71fb1e77bb095", "887cd5221a3cc6f8", "6ad6ea6c8d946873", "7775445ecde94c06"),
+    "dsv41-flash-1017-4x-sglang": ("90f6750bf1aaa87e", "1d5b89593e42d860", "32450e5cf85e424a", "97713431111f855a"),
+    "eugr-nightly-dsv41-3x": ("e23621597256ac2e", "4b8287cb814528a3", "b75d5350bbe41349"),
+    "glm53-mxfp4-fp8-4x-r39": ("89f9475066a863b0", "3e09814778ad305b", "2d6031cf98622bce", "89611e5425e6de5f"),
+    "minimax-m31-flash-4x-flare": ("e0818e2c7489d4be", "7a5eaee35d6a4674", "9d9940964919dd61", "df8f58f1c865e648"),
 }
 """Lane -> spec hash of rank 0, 1, ... as rendered from `state/` (running and stopped lanes alike)."""
 

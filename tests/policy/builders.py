@@ -10,11 +10,12 @@ special about its case.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from reconciler.spec.fleet import FleetDefaults, Host
+from reconciler.spec.fleet import DataPort, FleetDefaults, Host
 from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState, PolicySet, load_desired, load_policies
 from reconciler.spec.model import Architecture, ModelSpec, MoE
@@ -45,7 +46,10 @@ def repo_policies() -> PolicySet:
 
 
 def host(name: str, hardware: str = "gb10") -> Host:
-    return Host(name=name, address=f"{name}.lab.internal", hardware=hardware)
+    """A Spark on the one switch every test host shares (a stable data-plane address per name)."""
+    n = zlib.crc32(name.encode()) % 65000 + 1
+    port = DataPort(interface="enp1s0f0np0", address=f"10.99.{n // 256}.{n % 256 or 1}/16", hca="rocep1s0f0")
+    return Host(name=name, address=f"{name}.lab.internal", hardware=hardware, data_plane=(port,))
 
 
 def gqa(

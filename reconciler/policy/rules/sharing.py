@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from reconciler.engines.ports import listening
+from reconciler.errors import InputError
 from reconciler.policy.config import RuleSettings
 from reconciler.policy.context import Context
 from reconciler.policy.hardware import Capacity
@@ -105,22 +107,40 @@ def check_host_sharing(ctx: Context, rule: RuleSettings) -> None:
 
 
 def check_port_clash(ctx: Context, rule: RuleSettings) -> None:
+    """Every port a rank listens on (API, torch.distributed, Ray: `engines.ports`), per host, across lanes."""
     groups: list[tuple[str, list[Lane], dict[str, DetailValue]]] = []
     for host, lanes in ctx.running_by_host.items():
         if len(lanes) < 2:
             continue
-        by_port: dict[int, list[Lane]] = {}
+        ranges: list[tuple[int, int, str, Lane]] = []
         for lane in lanes:
-            by_port.setdefault(lane.port, []).append(lane)
-        for port, same in by_port.items():
-            if len(same) > 1:
-                groups.append((host, same, {"port": port}))
+            try:
+                for rank, name in enumerate(lane.hosts):
+                    if name == host:
+                        ranges += [(lo, hi, what, lane) for what, (lo, hi) in listening(lane, rank).items()]
+            except InputError:
+                continue  # a port block past 65535: the render rule denies the lane and says why
+        ranges.sort(key=lambda r: (r[0], r[1]))
+        seen: set[tuple[str, ...]] = set()
+        for i, (lo, hi, what, lane) in enumerate(ranges):
+            for lo2, hi2, what2, other in ranges[i + 1 :]:
+                if lo2 > hi:
+                    break
+                if other.name == lane.name or lo2 > hi or lo > hi2:
+                    continue
+                key = tuple(sorted((lane.name, other.name)))
+                if key in seen:
+                    continue
+                seen.add(key)
+                uses = f"{lane.name} {what}, {other.name} {what2}"
+                groups.append((host, [lane, other], {"port": max(lo, lo2), "uses": uses}))
 
     def sentence(clash: _Clash) -> str:
         hosts, others = ", ".join(clash.hosts), ", ".join(clash.others)
         return (
             f"lane {clash.lane.name} listens on port {clash.detail['port']} on {hosts}, as running lane "
-            f"{others} does; give one lane another port"
+            f"{others} does ({clash.detail['uses']}); give one lane another port (a multi-node lane also "
+            "listens at fixed offsets above its port: see `lanes check` details)"
         )
 
     _emit(ctx, rule, _collect(groups), sentence)
