@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 from xml.sax.saxutils import escape
 
-from reconciler.bench.metrics import row_key, row_label
+from reconciler.bench.evidence import comparison_key, tg_basis
+from reconciler.bench.metrics import ON_TG_BASIS, RowKey, row_key, row_label
+from reconciler.bench.rates import BASIS_WORDS
 
 PANELS = (
-    ("Throughput (t/s, higher is better)", ("pp_throughput", "tg_throughput")),
+    ("Throughput (t/s, higher is better; tg in {basis})", ("pp_throughput", "tg_throughput")),
     ("Latency (ms, lower is better)", ("e2e_ttft", "itl", "e2e_latency")),
 )
 SHORT = {
@@ -67,14 +69,18 @@ def _text(x: float, y: float, content: str, *, size: int = 12, anchor: str = "st
 def render_svg(evidence: Mapping[str, Any], baseline: Mapping[str, Any] | None = None) -> str:
     """The chart of `evidence` against `baseline` (or the baseline means its comparison recorded)."""
     comparison = evidence.get("comparison") or None
-    verdicts: dict[tuple[tuple[int, int, int, int], str], str] = {}
-    base_rows: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+    verdicts: dict[tuple[RowKey, str], str] = {}
+    base_rows: dict[RowKey, dict[str, Any]] = {}
     for m in comparison.get("metrics", []) if comparison else []:
-        key = (m["prompt_size"], m["response_size"], m["context_size"], m["concurrency"])
+        key = comparison_key(m)
         verdicts[(key, m["metric"])] = m["verdict"]
         base_rows.setdefault(key, {})[m["metric"]] = {"mean": m["baseline"], "std": 0.0}
     if baseline is not None:
         base_rows = {row_key(r): dict(r) for r in baseline.get("benchmarks", [])}
+        if tg_basis(baseline) != tg_basis(evidence):
+            # A tg counted in other units is no bar to compare with (`evidence.compare` skips it too).
+            base_rows = {k: {n: v for n, v in r.items() if n not in ON_TG_BASIS} for k, r in base_rows.items()}
+    basis = BASIS_WORDS[tg_basis(evidence)]
 
     parts: list[str] = []
     y = 28.0
@@ -112,7 +118,8 @@ def render_svg(evidence: Mapping[str, Any], baseline: Mapping[str, Any] | None =
             top = max(now[0] + now[1], (then[0] + then[1]) if then else 0.0)
             tops[name] = max(tops.get(name, 1e-9), top)
         y += 22
-        parts.append(_text(16, y, panel_title, size=14, font_weight="bold"))
+        # What tg counts goes in the panel's title: the row labels have no room for it.
+        parts.append(_text(16, y, panel_title.format(basis=basis), size=14, font_weight="bold"))
         y += 8
         for name, row, now, then, verdict in items:
             parts += _bar_row(y, f"{SHORT[name]}  {row_label(row)}", now, then, verdict, tops[name])

@@ -3,7 +3,9 @@
 One `RequestRecord` per request: when it was sent, when the first response
 chunk and the first content token arrived, when each content chunk arrived,
 when the stream ended, and the server's own token counts from the final
-usage chunk (`stream_options.include_usage`). The metrics are computed
+usage chunk (`stream_options.include_usage`). Generated tokens are thus
+known two ways, the usage count and the content chunks, which differ when
+an engine sends several tokens per chunk (`rates`). The metrics are computed
 elsewhere from these records (`metrics`), so what is measured and what is
 derived stay apart.
 
@@ -45,6 +47,9 @@ class RequestRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str | None = None
+    prefix_tokens: int | None = None
+    """Prompt tokens an earlier request of the run sent as this one's prefix (the prefix-cached mode's
+    context load, as the server counted them): set by the runner, left out of this request's prefill."""
 
     @property
     def ok(self) -> bool:

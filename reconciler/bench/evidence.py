@@ -12,8 +12,18 @@ concurrency, per metric present in both): delta = current mean - baseline
 mean; it is *beyond noise* when |delta| > k x sqrt(std_now^2 + std_base^2)
 and |delta| / |baseline mean| > min_relative (the profile's `noise`, by
 default k = 2 and 3%). The evidence is a *regression* when any throughput
-metric (pp or tg, total or per request) dropped beyond noise; latencies that
-rose beyond noise are listed as worse but do not by themselves make one.
+metric (pp or tg, total or per request) dropped beyond noise; the peak and
+chunk-counted figures and latencies that moved beyond noise are listed as
+better or worse but do not by themselves make one.
+
+What "tg" counts is said in `tg_basis` (top level and per row):
+`usage_tokens` (the server's `usage.completion_tokens`) or `stream_chunks`
+(content chunks, what llama-benchy 0.3 counted); the `_chunks` figures
+always count chunks (`rates`). Figures on the tg basis are compared only
+between two runs of one basis. An evidence file written before `tg_basis`
+was recorded counted usage tokens whenever the server reported them (every
+vLLM and SGLang stream asked for them does), so it reads as `usage_tokens`;
+its rows without `is_context_prefill_phase` are measured rows.
 Pure: files are read and written by the caller.
 """
 
@@ -28,14 +38,27 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler import __version__
-from reconciler.bench.metrics import HIGHER_IS_BETTER, LATENCY_METRICS, THROUGHPUT_METRICS, row_key, row_label
+from reconciler.bench.metrics import (
+    CHUNK_METRICS,
+    HIGHER_IS_BETTER,
+    LATENCY_METRICS,
+    ON_TG_BASIS,
+    PEAK_METRICS,
+    THROUGHPUT_METRICS,
+    RowKey,
+    row_key,
+    row_label,
+)
+from reconciler.bench.rates import BASIS_WORDS, TgBasis
 from reconciler.bench.runner import BenchRun
 from reconciler.errors import InputError
 from reconciler.spec.bench import NoiseRule
 from reconciler.spec.lane import Lane
 
 SCHEMA = "lanes.evidence/1"
-COMPARED = (*THROUGHPUT_METRICS, *LATENCY_METRICS)
+COMPARED = (*THROUGHPUT_METRICS, *PEAK_METRICS, *CHUNK_METRICS, *LATENCY_METRICS)
+DEFAULT_BASIS: TgBasis = "usage_tokens"
+"""The basis of evidence that does not say (see the module's docstring)."""
 DIGEST_RE = re.compile(r"@(sha256:[0-9a-f]{64})$")
 
 
@@ -83,11 +106,12 @@ def build_evidence(
         "latency_mode": profile.latency_mode,
         "latency_ms": run.latency_s * 1000,
         "model": run.model,
-        "prefix_caching_enabled": False,
+        "prefix_caching_enabled": profile.prefix_cached,
         "max_concurrency": max(profile.concurrency),
         "benchmarks": run.rows,
         # What was measured.
         "schema": SCHEMA,
+        "tg_basis": run.tg_basis,
         "tool": f"lanes bench {__version__}",
         "lane": identity.lane,
         "commit": identity.commit,
@@ -134,16 +158,35 @@ def _metric(row: Mapping[str, Any], name: str) -> tuple[float, float] | None:
     return float(value["mean"]), float(std) if isinstance(std, int | float) else 0.0
 
 
+def tg_basis(evidence: Mapping[str, Any]) -> TgBasis:
+    """What the headline tg of an evidence file counts (files from before it was recorded: usage tokens)."""
+    return "stream_chunks" if evidence.get("tg_basis") == "stream_chunks" else DEFAULT_BASIS
+
+
+def comparison_key(m: Mapping[str, Any]) -> RowKey:
+    """The row a comparison entry belongs to, as `row_key` names it."""
+    return (
+        int(m["prompt_size"]),
+        int(m["response_size"]),
+        int(m["context_size"]),
+        int(m["concurrency"]),
+        bool(m.get("context_phase", False)),
+    )
+
+
 def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], rule: NoiseRule) -> dict[str, Any]:
     """Per-metric deltas of `current` against `baseline` and whether each is beyond noise."""
     base_rows = {row_key(r): r for r in baseline.get("benchmarks", []) if isinstance(r, Mapping)}
+    bases = {"current": tg_basis(current), "baseline": tg_basis(baseline)}
+    # A tg of chunks against a tg of tokens differs by the tokens per chunk, not by speed.
+    names = [n for n in COMPARED if bases["current"] == bases["baseline"] or n not in ON_TG_BASIS]
     metrics: list[dict[str, Any]] = []
     for row in current.get("benchmarks", []):
         key = row_key(row)
         base = base_rows.get(key)
         if base is None:
             continue
-        for name in COMPARED:
+        for name in names:
             now, then = _metric(row, name), _metric(base, name)
             if now is None or then is None:
                 continue
@@ -159,6 +202,7 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], rule: Noise
                     "response_size": key[1],
                     "context_size": key[2],
                     "concurrency": key[3],
+                    "context_phase": key[4],
                     "metric": name,
                     "baseline": then[0],
                     "current": now[0],
@@ -178,9 +222,8 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], rule: Noise
             "image_digest": baseline.get("image_digest"),
         },
         "rule": {"k": rule.k, "min_relative": rule.min_relative},
-        "matched_rows": len(
-            {(m["prompt_size"], m["response_size"], m["context_size"], m["concurrency"]) for m in metrics}
-        ),
+        "tg_basis": bases,
+        "matched_rows": len({comparison_key(m) for m in metrics}),
         "metrics": metrics,
         "regression": bool(regressions),
         "regressions": [_describe(m) for m in regressions],
@@ -196,12 +239,15 @@ def _describe(m: Mapping[str, Any]) -> str:
 
 
 def headline(evidence: Mapping[str, Any]) -> dict[str, str]:
-    """One pp and one tg figure for commit trailers and status lines.
+    """One pp and one tg figure for commit trailers and status lines, the tg saying what it counts.
 
-    From the first row at concurrency 1 and the lowest depth (the llama-bench
-    figure people quote), e.g. {"pp": "pp2048 1994.5 t/s", "tg": "tg128 52.9 t/s"}.
+    From the first measured row at concurrency 1 and the lowest depth (the
+    llama-bench figure people quote), e.g. {"pp": "pp2048 1994.5 t/s",
+    "tg": "tg128 52.9 t/s (usage tokens)"}.
     """
-    rows = [r for r in evidence.get("benchmarks", []) if isinstance(r, Mapping)]
+    rows = [
+        r for r in evidence.get("benchmarks", []) if isinstance(r, Mapping) and not r.get("is_context_prefill_phase")
+    ]
     if not rows:
         return {}
     row = min(rows, key=lambda r: (int(r["concurrency"]), int(r["context_size"]), int(r["prompt_size"])))
@@ -212,7 +258,7 @@ def headline(evidence: Mapping[str, Any]) -> dict[str, str]:
     if pp is not None:
         out["pp"] = f"pp{row['prompt_size']}{suffix} {pp[0]:.1f} t/s"
     if tg is not None:
-        out["tg"] = f"tg{row['response_size']}{suffix} {tg[0]:.1f} t/s"
+        out["tg"] = f"tg{row['response_size']}{suffix} {tg[0]:.1f} t/s ({BASIS_WORDS[tg_basis(evidence)]})"
     return out
 
 

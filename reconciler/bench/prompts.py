@@ -107,6 +107,10 @@ def refine(word_count: int, got_tokens: int, target_tokens: int, per_word: float
     return max(1, word_count + step)
 
 
+CONTEXT_LOAD_USER_MESSAGE = "."
+"""The user turn under a context sent alone: vLLM refuses empty user content (llama-benchy 0.4.0 client.py)."""
+
+
 @dataclass(frozen=True)
 class Prompt:
     """One request's text: `context` (the depth) before `prompt` (the measured prompt)."""
@@ -117,11 +121,20 @@ class Prompt:
     """What the server should count (pp + depth), for the record and a sanity check."""
 
     def completion_text(self) -> str:
-        return f"{self.context} {self.prompt}" if self.context else self.prompt
+        return f"{self.context} {self.prompt}" if self.context and self.prompt else self.context or self.prompt
 
     def chat_messages(self) -> list[dict[str, str]]:
         messages = [{"role": "system", "content": self.context}] if self.context else []
-        return [*messages, {"role": "user", "content": self.prompt}]
+        return [*messages, {"role": "user", "content": self.prompt or CONTEXT_LOAD_USER_MESSAGE}]
+
+    def context_only(self, depth: int) -> Prompt:
+        """The context alone, `depth` tokens: the prefix-cached mode's first request, which leaves it cached.
+
+        llama-benchy sends it as the system message under a one-character user turn
+        (runner.py `BenchmarkRunner.run_suite`, "Phase 1: Context Load"; client.py
+        `CONTEXT_LOAD_USER_MESSAGE`); on /v1/completions it is the context text alone.
+        """
+        return Prompt(context=self.context, prompt="", expected_tokens=depth)
 
 
 def build(seed: int, salt: str, total_words: int, pp: int, depth: int, prefix: Sequence[str] = ()) -> Prompt:

@@ -10,7 +10,12 @@ Order of work, each step reported to the progress callback:
 3. latency: the figure subtracted from the time to first response;
 4. the grid, in llama-benchy's order (depth, pp, tg, concurrency): `warmup`
    discarded batches, then `repetitions` measured batches of `concurrency`
-   requests sent together, every request with its own words.
+   requests sent together, every request with its own words. In the
+   prefix-cached mode (`prefix_cached`, at depths above 0) each batch is two,
+   as llama-benchy runs it (runner.py `BenchmarkRunner.run_suite`): the
+   contexts alone, sent together, then the same contexts with their prompts;
+5. the rows, once every grid point is measured: the tg basis (usage tokens
+   or stream chunks, `rates.run_basis`) is one for the whole run.
 
 Failed requests are counted in the row; a grid point where every request
 failed ends the run, since evidence with a hole in it would compare badly.
@@ -29,6 +34,8 @@ import httpx
 from reconciler.bench import prompts
 from reconciler.bench.client import BenchClient, RequestRecord
 from reconciler.bench.metrics import Shape, summarize
+from reconciler.bench.prompts import Prompt
+from reconciler.bench.rates import TgBasis, run_basis
 from reconciler.errors import PermanentError, TransientError
 from reconciler.spec.bench import BenchProfile
 
@@ -67,6 +74,10 @@ class BenchRun:
     prefix: tuple[str, ...] = ()
     server_version: str | None = None
     records: dict[Shape, list[list[RequestRecord]]] = field(default_factory=dict, repr=False)
+    context_records: dict[Shape, list[list[RequestRecord]]] = field(default_factory=dict, repr=False)
+    """The context loads of the prefix-cached mode, per grid point and batch."""
+    tg_basis: TgBasis = "usage_tokens"
+    """What the headline tg counts (`rates.run_basis`)."""
 
 
 def _shapes(profile: BenchProfile) -> list[Shape]:
@@ -125,10 +136,8 @@ async def _size(
     return fit, words, counted
 
 
-async def _batch(
-    client: BenchClient, profile: BenchProfile, shape: Shape, word_count: int, tag: str, prefix: tuple[str, ...]
-) -> list[RequestRecord]:
-    batch = [
+def _prompts(profile: BenchProfile, shape: Shape, word_count: int, tag: str, prefix: tuple[str, ...]) -> list[Prompt]:
+    return [
         prompts.build(
             profile.seed,
             f"{tag}:{shape.pp}:{shape.tg}:{shape.depth}:{shape.concurrency}:{i}",
@@ -139,9 +148,31 @@ async def _batch(
         )
         for i in range(shape.concurrency)
     ]
+
+
+async def _send(client: BenchClient, batch: list[Prompt], max_tokens: int) -> list[RequestRecord]:
     async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(client.stream(p, shape.tg)) for p in batch]
+        tasks = [group.create_task(client.stream(p, max_tokens)) for p in batch]
     return [t.result() for t in tasks]
+
+
+async def _batch(
+    client: BenchClient, profile: BenchProfile, shape: Shape, word_count: int, tag: str, prefix: tuple[str, ...]
+) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    """(context loads, measured requests) of one batch; no context loads outside the prefix-cached mode."""
+    batch = _prompts(profile, shape, word_count, tag, prefix)
+    if not (profile.prefix_cached and shape.depth):
+        return [], await _send(client, batch, shape.tg)
+    # As llama-benchy: every context load of the batch together, then every full request together,
+    # each load asking for as many tokens as the measured request.
+    loads = await _send(client, [p.context_only(shape.depth) for p in batch], shape.tg)
+    measured = await _send(client, batch, shape.tg)
+    for load, record in zip(loads, measured, strict=True):
+        if not load.ok and record.ok:
+            # Not a prompt over a cached context: its figures would pass for one.
+            record.error = f"its context load failed: {load.error}"
+        record.prefix_tokens = load.prompt_tokens if load.prompt_tokens is not None else shape.depth
+    return loads, measured
 
 
 async def run_profile(
@@ -179,22 +210,35 @@ async def run_profile(
         fit, words, counted = await _size(client, profile, prefix, ticker)
         latency = await client.latency(profile.latency_mode)
         ticker.tick(f"latency {latency * 1000:.1f} ms ({profile.latency_mode})")
-        rows: list[dict[str, Any]] = []
         records: dict[Shape, list[list[RequestRecord]]] = {}
+        context_records: dict[Shape, list[list[RequestRecord]]] = {}
         for shape in shapes:
             word_count = words[(shape.pp, shape.depth)]
             for run in range(profile.warmup):
                 await _batch(client, profile, shape, word_count, f"warmup{run}", prefix)
                 ticker.tick(f"{shape.label()} warmup {run + 1}/{profile.warmup}")
-            batches = []
+            batches: list[list[RequestRecord]] = []
+            loads: list[list[RequestRecord]] = []
             for run in range(profile.repetitions):
-                batches.append(await _batch(client, profile, shape, word_count, f"run{run}", prefix))
+                load, measured = await _batch(client, profile, shape, word_count, f"run{run}", prefix)
+                batches.append(measured)
+                loads.append(load)
                 ticker.tick(f"{shape.label()} run {run + 1}/{profile.repetitions}")
             failed = [r.error for batch in batches for r in batch if not r.ok]
             if len(failed) == shape.concurrency * profile.repetitions:
                 raise TransientError(f"{shape.label()}: every request failed on {client.root}: {failed[0]}")
             records[shape] = batches
-            rows.append(summarize(shape, batches, latency))
+            if any(loads):
+                context_records[shape] = loads
+    basis = run_basis([r for batches in records.values() for batch in batches for r in batch])
+    rows: list[dict[str, Any]] = []
+    for shape, batches in records.items():
+        if shape in context_records:
+            # llama-benchy's order: the context-load row, then the measured row (results.py `_generate_rows`).
+            rows.append(
+                summarize(shape, context_records[shape], latency, basis, prefix_cached=True, context_phase=True)
+            )
+        rows.append(summarize(shape, batches, latency, basis, prefix_cached=profile.prefix_cached))
     return BenchRun(
         profile=profile,
         url=client.root,
@@ -209,4 +253,6 @@ async def run_profile(
         prefix=prefix,
         server_version=version,
         records=records,
+        context_records=context_records,
+        tg_basis=basis,
     )

@@ -23,6 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from reconciler.bench import chart, evidence
+from reconciler.bench.metrics import row_key
+from reconciler.bench.rates import BASIS_WORDS
 from reconciler.bench.runner import Progress as BenchProgress
 from reconciler.bench.service import benchmark_lane
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, handle_errors
@@ -48,9 +50,9 @@ def _fmt(metric: Any, digits: int = 2) -> str:
 def _change(comparison: Mapping[str, Any] | None, row: Mapping[str, Any], metric: str) -> str:
     if not comparison:
         return ""
-    key = (row["prompt_size"], row["response_size"], row["context_size"], row["concurrency"])
+    key = row_key(row)
     for m in comparison["metrics"]:
-        if m["metric"] == metric and (m["prompt_size"], m["response_size"], m["context_size"], m["concurrency"]) == key:
+        if m["metric"] == metric and evidence.comparison_key(m) == key:
             change = f"{m['relative']:+.1%}" if m["relative"] is not None else f"{m['delta']:+.3g}"
             color = {"worse": "red", "better": "green"}.get(m["verdict"], "")
             return f"[{color}]{change}[/]" if color else change
@@ -58,10 +60,17 @@ def _change(comparison: Mapping[str, Any] | None, row: Mapping[str, Any], metric
 
 
 def render_table(ev: Mapping[str, Any], console: Console) -> None:
-    """llama-benchy's table: a pp row and a tg row per grid point (times in ms)."""
+    """llama-benchy's table: a pp row and a tg row per grid point (times in ms), and tg counted in chunks.
+
+    The tg row counts what `tg_basis` says and is named so, `tg128 (usage tokens)`;
+    `tg128 (stream chunks)` follows it when the two can differ. Context loads of the
+    prefix-cached mode are llama-benchy's `ctx_pp` and `ctx_tg` rows.
+    """
     comparison = ev.get("comparison")
+    basis = evidence.tg_basis(ev)
     table = Table(
-        title=f"{ev['lane']} at {str(ev['commit'])[:12]} · {ev['model']} · latency {ev['latency_ms']:.1f} ms",
+        title=f"{ev['lane']} at {str(ev['commit'])[:12]} · {ev['model']} · latency {ev['latency_ms']:.1f} ms"
+        f" · tg counts {BASIS_WORDS[basis]}",
         title_justify="left",
     )
     for column in (
@@ -69,6 +78,8 @@ def render_table(ev: Mapping[str, Any], console: Console) -> None:
         "c",
         "t/s (total)",
         "t/s (req)",
+        "peak t/s",
+        "peak t/s (req)",
         "ttfr ms",
         "est_ppt ms",
         "e2e_ttft ms",
@@ -78,12 +89,19 @@ def render_table(ev: Mapping[str, Any], console: Console) -> None:
         table.add_column(column, justify="left" if column == "test" else "right", no_wrap=True)
     for row in ev["benchmarks"]:
         depth = f" @ d{row['context_size']}" if row["context_size"] else ""
+        pp_name, tg_name = (
+            ("ctx_pp", "ctx_tg")
+            if row.get("is_context_prefill_phase")
+            else (f"pp{row['prompt_size']}", f"tg{row['response_size']}")
+        )
         c = str(row["concurrency"])
         table.add_row(
-            f"pp{row['prompt_size']}{depth}",
+            f"{pp_name}{depth}",
             c,
             _fmt(row.get("pp_throughput")),
             _fmt(row.get("pp_req_throughput")),
+            "",
+            "",
             _fmt(row.get("ttfr")),
             _fmt(row.get("est_ppt")),
             _fmt(row.get("e2e_ttft")),
@@ -91,16 +109,32 @@ def render_table(ev: Mapping[str, Any], console: Console) -> None:
             _change(comparison, row, "pp_throughput"),
         )
         table.add_row(
-            f"tg{row['response_size']}{depth}",
+            f"{tg_name}{depth} ({BASIS_WORDS[basis]})",
             c,
             _fmt(row.get("tg_throughput")),
             _fmt(row.get("tg_req_throughput")),
+            _fmt(row.get("peak_throughput")),
+            _fmt(row.get("peak_req_throughput")),
             "",
             "",
             "",
             _fmt(row.get("itl")),
             _change(comparison, row, "tg_throughput"),
         )
+        if basis != "stream_chunks" and row.get("tg_throughput_chunks") is not None:
+            table.add_row(
+                f"{tg_name}{depth} ({BASIS_WORDS['stream_chunks']})",
+                c,
+                _fmt(row.get("tg_throughput_chunks")),
+                _fmt(row.get("tg_req_throughput_chunks")),
+                _fmt(row.get("peak_throughput_chunks")),
+                _fmt(row.get("peak_req_throughput_chunks")),
+                "",
+                "",
+                "",
+                "",
+                _change(comparison, row, "tg_throughput_chunks"),
+            )
     console.print(table)
     errors = sum(int(row.get("errors", 0)) for row in ev["benchmarks"])
     if errors:
@@ -108,6 +142,13 @@ def render_table(ev: Mapping[str, Any], console: Console) -> None:
     if comparison:
         base = comparison["baseline"]
         against = f"baseline {str(base.get('commit') or '?')[:12]} ({base.get('time') or '?'})"
+        bases = comparison.get("tg_basis") or {}
+        if bases and bases.get("current") != bases.get("baseline"):
+            then = BASIS_WORDS[evidence.tg_basis({"tg_basis": bases.get("baseline")})]
+            console.print(
+                f"[yellow]the baseline's tg counts {then}, this run's {BASIS_WORDS[basis]}: "
+                "tg, peak and itl are not compared[/]"
+            )
         if comparison["regression"]:
             console.print(f"[bold red]REGRESSION[/] against {against}: " + "; ".join(comparison["regressions"]))
         else:

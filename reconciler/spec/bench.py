@@ -63,6 +63,12 @@ class BenchProfile(StrictModel):
         description="start every prompt of a run with words of its own, so no prefix cache holds it from a "
         "previous run (false: byte-identical prompts across runs)",
     )
+    prefix_cached: bool = Field(
+        default=False,
+        description="llama-benchy's --enable-prefix-caching: at each depth above 0, send every request's context "
+        "alone first (the ctx rows), then context and prompt, so pp and tg measure a prompt that follows a "
+        "cached context and pp counts the prompt's tokens only",
+    )
     api: Literal["completions", "chat"] = Field(
         default="completions", description="/v1/completions (exact token counts) or /v1/chat/completions"
     )

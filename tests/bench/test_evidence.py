@@ -94,13 +94,15 @@ def test_a_zero_baseline_compares_by_noise_alone() -> None:
 
 def test_headline_trailers_and_path() -> None:
     ev = make(pp=1994.54, tg=52.94)
-    assert evidence.headline(ev) == {"pp": "pp2048 1994.5 t/s", "tg": "tg128 52.9 t/s"}
+    # Evidence that does not say what tg counts was written when usage tokens were counted.
+    assert evidence.headline(ev) == {"pp": "pp2048 1994.5 t/s", "tg": "tg128 52.9 t/s (usage tokens)"}
     assert evidence.trailers(ev) == [
         ("Lane", "dsv41"),
         ("Evidence-For", "ab" * 20),
         ("pp", "pp2048 1994.5 t/s"),
-        ("tg", "tg128 52.9 t/s"),
+        ("tg", "tg128 52.9 t/s (usage tokens)"),
     ]
+    assert evidence.headline({**ev, "tg_basis": "stream_chunks"})["tg"] == "tg128 52.9 t/s (stream chunks)"
     assert evidence.evidence_path(ev) == "evidence/dsv41/20261023T120000Z-abababababab.json"
     paths = [
         "evidence/dsv41/20261023T120000Z-abababababab.json",
@@ -120,7 +122,7 @@ def test_headline_prefers_concurrency_1_at_the_lowest_depth() -> None:
     many = copy.deepcopy(ev["benchmarks"][0])
     many["concurrency"], many["tg_throughput"] = 4, metric(150.0)
     ev["benchmarks"] = [deep, many, ev["benchmarks"][0]]
-    assert evidence.headline(ev)["tg"] == "tg128 50.0 t/s"
+    assert evidence.headline(ev)["tg"] == "tg128 50.0 t/s (usage tokens)"
 
 
 def test_loads_checks_the_shape() -> None:
@@ -138,3 +140,44 @@ def test_identity_reads_the_digest() -> None:
     ident = evidence.LaneIdentity("l", "c", "sglang", "0.5.22", "repo/img@sha256:" + "0f" * 32, ("a",))
     assert ident.image_digest == "sha256:" + "0f" * 32
     assert evidence.LaneIdentity("l", "c", "vllm", "1", "repo/img:latest", ("a",)).image_digest is None
+
+
+def test_evidence_from_before_tg_basis_loads_and_compares_with_new_evidence() -> None:
+    old = make(tg=50.0)  # no tg_basis, no is_context_prefill_phase, no peak or chunk figures
+    del old["benchmarks"][0]["is_context_prefill_phase"]
+    loaded = evidence.loads(evidence.dumps(old))
+    assert evidence.tg_basis(loaded) == "usage_tokens"
+    new = make(tg=40.0, tg_basis="usage_tokens")
+    new["benchmarks"][0].update(
+        tg_basis="usage_tokens", tg_throughput_chunks=metric(10.0), peak_throughput=metric(41.0)
+    )
+    c = evidence.compare(new, loaded, RULE)
+    assert c["matched_rows"] == 1 and c["tg_basis"] == {"current": "usage_tokens", "baseline": "usage_tokens"}
+    assert by_metric(c)["tg_throughput"]["verdict"] == "worse" and c["regression"] is True
+    assert "tg_throughput_chunks" not in by_metric(c) and "peak_throughput" not in by_metric(c)  # nothing to compare
+
+
+def test_tg_counted_in_other_units_is_not_compared() -> None:
+    tokens = make(tg=200.0, tg_basis="usage_tokens")
+    chunks = make(tg=50.0, tg_basis="stream_chunks")
+    for row, value in ((tokens["benchmarks"][0], 50.0), (chunks["benchmarks"][0], 50.0)):
+        row["tg_throughput_chunks"] = metric(value)
+    c = evidence.compare(tokens, chunks, RULE)
+    assert c["tg_basis"] == {"current": "usage_tokens", "baseline": "stream_chunks"}
+    assert not {"tg_throughput", "tg_req_throughput"} & set(by_metric(c))  # 4x by the unit, not by speed
+    assert by_metric(c)["tg_throughput_chunks"]["verdict"] == "same" and by_metric(c)["pp_throughput"]
+    assert c["regression"] is False
+
+
+def test_context_load_rows_are_matched_apart_from_the_measured_rows() -> None:
+    base, now = make(pp=2000.0), make(pp=2000.0)
+    for ev, ctx_pp in ((base, 9000.0), (now, 4000.0)):
+        ctx = copy.deepcopy(ev["benchmarks"][0])
+        ctx["is_context_prefill_phase"], ctx["pp_throughput"] = True, metric(ctx_pp)
+        ev["benchmarks"].insert(0, ctx)
+    c = evidence.compare(now, base, RULE)
+    assert c["matched_rows"] == 2
+    pp = [m for m in c["metrics"] if m["metric"] == "pp_throughput"]
+    assert [(m["context_phase"], m["verdict"]) for m in pp] == [(True, "worse"), (False, "same")]
+    assert pp[0]["shape"] == "ctx for pp2048/tg128 c1"
+    assert evidence.headline(now)["pp"] == "pp2048 2000.0 t/s"  # the measured row, never the context load
