@@ -6,11 +6,13 @@ final usage chunk, vLLM's Prometheus names); the text generated is filler.
 Pacing uses absolute deadlines so a measured tokens/s matches the setting,
 and each request is paced on its own thread, so concurrent requests do not
 slow each other down (a real engine batches them; the benchmarks only need
-the per-request rate to be known).
+the per-request rate to be known). What the engine's own flags change in a
+stream, several tokens per chunk under speculative decoding and a faster
+prefill of a prompt whose prefix is cached, follows `standin_decoding`.
 
 Each completion is also entered in a ledger of what the stand-in actually
-did with it (prompt tokens counted, content chunks and tokens sent, whether a
-usage chunk went out), served at `GET /standin/requests`, a path no real
+did with it (prompt tokens counted and found cached, content chunks and
+tokens sent, whether a usage chunk went out), served at `GET /standin/requests`, a path no real
 engine has: tests compare a client's counts with it instead of timing the
 stream. Stdlib only.
 """
@@ -23,11 +25,12 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from reconciler.sim.engineargs import Behaviour, EngineArgs, parse_int
+from reconciler.sim.standin_decoding import PrefixCache, chunk_schedule, decoding_from_argv
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
 WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit")
@@ -37,23 +40,27 @@ LEDGER_SIZE = 1000
 
 
 def schedule(behaviour: Behaviour, prompt_tokens: int, max_tokens: int) -> list[float]:
-    """When each generated token is due, in seconds after the request arrived.
+    """When each generated token is due, in seconds after the request arrived, one token per chunk.
 
     The first after prompt_tokens / pp_tps, then one every 1 / tg_tps, all
     times the slowdown: the pacing the stand-in keeps, as data, so a test
-    can replay it on a fake clock.
+    can replay it on a fake clock (`standin_decoding.chunk_schedule` with
+    several tokens per chunk and a cached prefix).
     """
-    first = prompt_tokens / behaviour.pp_tps * behaviour.slowdown
-    step = behaviour.slowdown / behaviour.tg_tps
-    return [first + i * step for i in range(max_tokens)]
+    return [due for due, _ in chunk_schedule(behaviour, prompt_tokens, max_tokens)]
 
 
 class Engine:
-    """Shared state of one stand-in: load clock and the counters /metrics shows."""
+    """Shared state of one stand-in: load clock, prefix cache and the counters /metrics shows.
 
-    def __init__(self, args: EngineArgs, behaviour: Behaviour, started: float) -> None:
+    `argv`: the engine's command line, whose flags set its decoding (`standin_decoding`).
+    """
+
+    def __init__(self, args: EngineArgs, behaviour: Behaviour, started: float, argv: Sequence[str] = ()) -> None:
         self.args = args
         self.behaviour = behaviour
+        self.decoding = decoding_from_argv(argv)
+        self.cache = PrefixCache(self.decoding.block_size) if self.decoding.prefix_caching else None
         self.loaded_at = started + behaviour.load_s
         self.name = args.served_name + ("-wrong" if behaviour.wrong_model else "")
         self.lock = threading.Lock()
@@ -122,18 +129,38 @@ class Engine:
             ]
         return "\n".join(out) + "\n"
 
-    def pace(self, prompt_tokens: int, max_tokens: int) -> Iterator[int]:
-        """Yield token indexes at their due times (`schedule`), kept by absolute deadlines."""
+    def cached(self, prompt: Sequence[str]) -> int:
+        """Prompt tokens found in the prefix cache."""
+        if self.cache is None:
+            return 0
+        with self.lock:
+            return self.cache.cached(prompt)
+
+    def pace(self, prompt: Sequence[str], max_tokens: int, cached: int = 0) -> Iterator[int]:
+        """Yield the tokens of each chunk at its due time (`chunk_schedule`), kept by absolute deadlines.
+
+        The prompt enters the prefix cache once it is prefilled, when the first token is due.
+        """
         start = time.monotonic()
-        for i, due in enumerate(schedule(self.behaviour, prompt_tokens, max_tokens)):
+        for i, (due, tokens) in enumerate(
+            chunk_schedule(self.behaviour, len(prompt), max_tokens, self.decoding, cached)
+        ):
             delay = start + due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            yield i
+            if i == 0 and self.cache is not None:
+                with self.lock:
+                    self.cache.insert(prompt)
+            yield tokens
 
 
 def prompt_words(body: dict[str, Any]) -> int:
     """Prompt tokens: whitespace-separated words of the prompt or the messages."""
+    return len(prompt_tokens(body))
+
+
+def prompt_tokens(body: dict[str, Any]) -> list[str]:
+    """The prompt as the stand-in tokenizes it: its words, the messages' in order (a token id is a token)."""
     if "messages" in body:
         parts: list[str] = []
         for message in body.get("messages") or []:
@@ -142,12 +169,12 @@ def prompt_words(body: dict[str, Any]) -> int:
                 parts.append(content)
             elif isinstance(content, list):
                 parts += [p.get("text", "") for p in content if isinstance(p, dict)]
-        return len(" ".join(parts).split())
+        return " ".join(parts).split()
     prompt = body.get("prompt", "")
     if isinstance(prompt, list):
         # A list of token ids counts as that many tokens; a list of strings by words.
-        return sum(1 if isinstance(p, int) else len(str(p).split()) for p in prompt)
-    return len(str(prompt).split())
+        return [w for p in prompt for w in ([f"<{p}>"] if isinstance(p, int) else str(p).split())]
+    return str(prompt).split()
 
 
 class StandinServer(ThreadingHTTPServer):
@@ -226,7 +253,8 @@ class Handler(BaseHTTPRequestHandler):
         self._complete(engine, body, chat=path.endswith("/chat/completions"))
 
     def _complete(self, engine: Engine, body: dict[str, Any], *, chat: bool) -> None:
-        prompt = prompt_words(body)
+        tokens = prompt_tokens(body)
+        prompt = len(tokens)
         wanted = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
         if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 0:
             self._json(
@@ -240,6 +268,7 @@ class Handler(BaseHTTPRequestHandler):
         ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16]
         base = {"id": ident, "created": int(time.time()), "model": engine.name}
         engine.count(running=1, prompt=prompt)
+        cached = engine.cached(tokens)
         words: list[str] = []
         chunks = {"role": 0, "content": 0}
         try:
@@ -250,16 +279,17 @@ class Handler(BaseHTTPRequestHandler):
             }
             if stream:
                 self._start_stream()
-            for i in engine.pace(prompt, max_tokens):
-                word = " " + WORDS[i % len(WORDS)]
-                words.append(word)
-                engine.count(generated=1)
+            for size in engine.pace(tokens, max_tokens, cached):
+                new = [" " + WORDS[(len(words) + k) % len(WORDS)] for k in range(size)]
+                first = not words
+                words += new
+                engine.count(generated=size)
                 if stream:
-                    if chat and i == 0:
+                    if chat and first:
                         self._event(role)  # like vLLM: the role arrives with the first token, after prefill
                         chunks["role"] += 1
-                    finish = "length" if i == max_tokens - 1 else None
-                    self._event({**base, **_piece(chat, word, finish)})
+                    finish = "length" if len(words) == max_tokens else None
+                    self._event({**base, **_piece(chat, "".join(new), finish)})  # one chunk, `size` tokens
                     chunks["content"] += 1
             if stream and chat and not words:
                 self._event(role)
@@ -277,6 +307,7 @@ class Handler(BaseHTTPRequestHandler):
                     "api": "chat" if chat else "completions",
                     "stream": stream,
                     "prompt_tokens": prompt,
+                    "cached_tokens": cached,
                     "max_tokens": max_tokens,
                     "completion_tokens": len(words),
                     "content_chunks": chunks["content"],

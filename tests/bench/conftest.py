@@ -1,4 +1,4 @@
-"""Engine stand-ins as real processes on 127.0.0.1 for the benchmark tests."""
+"""Engine stand-ins on 127.0.0.1 for the benchmark tests: as real processes, or served from the test's process."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from reconciler.sim.engineargs import Behaviour, scan_engine_argv
+from reconciler.sim.standin_http import Engine, StandinServer
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "bench-model"
@@ -68,3 +72,34 @@ def start_standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartSta
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
+
+
+ServeEngine = Callable[..., str]
+
+
+@pytest.fixture(scope="module")
+def serve_engine() -> Iterator[ServeEngine]:
+    """Stand-in engines served from this process on 127.0.0.1, each started from an engine's own argv.
+
+    The argv is what the stand-in reads an engine's decoding from (speculative tokens
+    per step, prefix caching); served here because `python -m reconciler.sim.standin`
+    does not yet hand its argv to `Engine`. Each server is shut down and closed at teardown.
+    """
+    servers: list[StandinServer] = []
+    threads: list[threading.Thread] = []
+
+    def serve(argv: list[str], pp_tps: float = 1000.0, tg_tps: float = 1000.0) -> str:
+        engine = Engine(scan_engine_argv(argv), Behaviour(pp_tps=pp_tps, tg_tps=tg_tps), time.monotonic(), argv)
+        server = StandinServer(("127.0.0.1", 0), engine)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        servers.append(server)
+        threads.append(thread)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+    for thread in threads:
+        thread.join(5)

@@ -15,6 +15,12 @@ clock is a figure of speed, printed by `bench/harness_accuracy.py`.
 The latency subtracted from the time to first response is measured as on a
 real engine (a one-word, one-token request), so the prefill it is left with
 is 511 of the 512 tokens' pacing: pp per request is 512/511 of the setting.
+
+The engine reads its decoding from an engine argv as the stand-in does
+(`standin_decoding`): with speculative decoding each chunk carries several
+tokens, and tg in usage tokens and in stream chunks differ by exactly what
+the pacing says; with its prefix cache, the prefix-cached mode's pp counts
+the prompt over a cached context.
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ import httpx
 import pytest
 
 from reconciler.bench import chart
-from reconciler.bench.evidence import LaneIdentity, build_evidence
+from reconciler.bench.evidence import LaneIdentity, build_evidence, headline
 from reconciler.bench.metrics import Shape
 from reconciler.bench.runner import BenchRun, run_profile
 from reconciler.sim.engineargs import Behaviour
-from reconciler.sim.standin_http import prompt_words, schedule
+from reconciler.sim.standin_decoding import PrefixCache, chunk_schedule, decoding_from_argv
+from reconciler.sim.standin_http import prompt_tokens, schedule
 from reconciler.spec.bench import BenchProfile
 
 pytestmark = pytest.mark.timeout(60)
@@ -80,8 +87,13 @@ def _event(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
-def paced_engine(behaviour: Behaviour) -> httpx.MockTransport:
-    """/v1/models, /version and streamed completions with usage, paced like the stand-in."""
+VLLM = ["vllm", "serve", "/models/m", "--served-model-name", MODEL]
+
+
+def paced_engine(behaviour: Behaviour, argv: list[str] = VLLM) -> httpx.MockTransport:
+    """/v1/models, /version and streamed completions with usage, paced and cached like the stand-in."""
+    decoding = decoding_from_argv(argv)
+    cache = PrefixCache(decoding.block_size) if decoding.prefix_caching else None
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":
@@ -91,12 +103,19 @@ def paced_engine(behaviour: Behaviour) -> httpx.MockTransport:
         body: dict[str, Any] = json.loads(request.content)
         assert request.url.path == "/v1/completions" and body["stream"] is True
         assert body["stream_options"] == {"include_usage": True}
-        prompt, wanted = prompt_words(body), int(body["max_tokens"])
-        due = schedule(behaviour, prompt, wanted)
+        tokens, wanted = prompt_tokens(body), int(body["max_tokens"])
+        prompt = len(tokens)
+        cached = cache.cached(tokens) if cache is not None else 0
+        if cache is not None:
+            cache.insert(tokens)  # the client reads each answer whole before it sends the next that could hit it
+        due = chunk_schedule(behaviour, prompt, wanted, decoding, cached)
         base = {"id": "cmpl-" + uuid.uuid4().hex[:16], "object": "text_completion", "model": MODEL}
-        events = [(t, _event({**base, "choices": [{"index": 0, "text": " w", "finish_reason": None}]})) for t in due]
+        events = [
+            (t, _event({**base, "choices": [{"index": 0, "text": " w" * size, "finish_reason": None}]}))
+            for t, size in due
+        ]
         usage = {"prompt_tokens": prompt, "completion_tokens": wanted, "total_tokens": prompt + wanted}
-        end = due[-1] if due else 0.0
+        end = due[-1][0] if due else 0.0
         events += [(end, _event({**base, "choices": [], "usage": usage})), (end, b"data: [DONE]\n\n")]
         return httpx.Response(
             200, headers={"content-type": "text/event-stream"}, stream=PacedStream(_now.get(), events)
@@ -110,11 +129,12 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("reconciler.bench.client.time", types.SimpleNamespace(perf_counter=_perf_counter))
 
 
-def _run(slowdown: float = 1.0) -> BenchRun:
+def _run(slowdown: float = 1.0, argv: list[str] = VLLM, profile: BenchProfile = PROFILE) -> BenchRun:
     behaviour = Behaviour(pp_tps=PP_TPS, tg_tps=TG_TPS, slowdown=slowdown)
 
     async def go() -> BenchRun:
-        return await run_profile(PROFILE, url="http://engine:8000", model=MODEL, transport=paced_engine(behaviour))
+        engine = paced_engine(behaviour, argv)
+        return await run_profile(profile, url="http://engine:8000", model=MODEL, transport=engine)
 
     # A context of its own: every run starts at the same virtual instant.
     return contextvars.Context().run(asyncio.run, go())
@@ -184,3 +204,76 @@ def test_an_engine_25_percent_slower_is_a_20_percent_regression() -> None:
     svg = chart.render_svg(slow, baseline)
     assert ET.fromstring(svg).tag == "{http://www.w3.org/2000/svg}svg"
     assert "REGRESSION" in svg and chart.WORSE_COLOR in svg
+
+
+MTP3 = [*VLLM, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}']
+
+
+def test_a_speculative_engine_reads_tg_by_usage_tokens_and_by_stream_chunks() -> None:
+    run = _run(argv=MTP3)
+    assert run.tg_basis == "usage_tokens"
+    # The prefill's one token, then chunks of 4 (3 drafts and the target's own): 1 + 16 + a last chunk of 3.
+    chunks = 1 + (TG - 1) // 4 + (1 if (TG - 1) % 4 else 0)
+    decode_s = (TG - 1) / TG_TPS  # the engine still makes TG_TPS tokens a second
+    for concurrency in (1, 4):
+        row = _row(run, concurrency)
+        n = concurrency * PROFILE.repetitions
+        assert row["tg_basis"] == "usage_tokens"
+        assert _values(row, "completion_tokens") == [float(TG)] * n
+        assert _values(row, "content_chunks") == [float(chunks)] * n
+        assert _values(row, "tg_req_throughput") == pytest.approx([TG_TPS] * n, rel=1e-9)
+        assert _values(row, "tg_req_throughput_chunks") == pytest.approx([(chunks - 1) / decode_s] * n, rel=1e-9)
+        # llama-benchy's peak: under one second, every token over the time from first to last.
+        assert _values(row, "peak_req_throughput") == pytest.approx([TG / decode_s] * n, rel=1e-9)
+        assert _values(row, "peak_req_throughput_chunks") == pytest.approx([chunks / decode_s] * n, rel=1e-9)
+    four = _row(run, 4)
+    assert _values(four, "tg_throughput") == pytest.approx([4 * TG_TPS] * PROFILE.repetitions, rel=1e-9)
+    assert _values(four, "peak_throughput") == pytest.approx([4 * TG / decode_s] * PROFILE.repetitions, rel=1e-9)
+    ev = build_evidence(run, IDENTITY)
+    assert ev["tg_basis"] == "usage_tokens"
+    assert headline(ev)["tg"] == f"tg{TG} {TG_TPS:.1f} t/s (usage tokens)"
+
+
+def test_without_speculation_the_two_counts_agree() -> None:
+    row = _row(_run(), 1)
+    assert _values(row, "tg_req_throughput_chunks") == _values(row, "tg_req_throughput")
+    assert _values(row, "content_chunks") == _values(row, "completion_tokens")
+
+
+DEPTH = 1024  # 64 blocks of 16 words: the context is cached whole
+CACHED = BenchProfile(
+    name="prefix-cached",
+    pp=(PP,),
+    tg=(TG,),
+    depth=(DEPTH,),
+    concurrency=(1, 4),
+    repetitions=2,
+    warmup=0,
+    prefix_cached=True,
+)
+
+
+def test_the_prefix_cached_mode_measures_the_prompt_over_a_cached_context() -> None:
+    run = _run(profile=CACHED)
+    ctx, measured = (r for r in run.rows if r["concurrency"] == 1)
+    assert (ctx["is_context_prefill_phase"], measured["is_context_prefill_phase"]) == (True, False)
+    n = CACHED.repetitions
+    # The context load prefills DEPTH tokens; the full request finds them cached and prefills PP.
+    assert _values(ctx, "prompt_tokens") == [float(DEPTH)] * n
+    assert _values(ctx, "ttfr") == pytest.approx([DEPTH / PP_TPS * 1000] * n, rel=1e-9)
+    assert _values(measured, "prompt_tokens") == [float(PP)] * n
+    assert _values(measured, "ttfr") == pytest.approx([PP / PP_TPS * 1000] * n, rel=1e-9)
+    assert _values(measured, "pp_req_throughput") == pytest.approx([PP_TPS * PP / (PP - 1)] * n, rel=1e-9)
+    four = [r for r in run.rows if r["concurrency"] == 4]
+    assert [r["is_context_prefill_phase"] for r in four] == [True, False]
+    assert _values(four[1], "pp_throughput") == pytest.approx([4 * PP_TPS] * n, rel=1e-9)
+    assert len(run.context_records[Shape(PP, TG, DEPTH, 4)]) == n
+    assert build_evidence(run, IDENTITY)["prefix_caching_enabled"] is True
+
+
+def test_without_a_prefix_cache_the_same_mode_shows_the_whole_prefill() -> None:
+    run = _run(argv=[*VLLM, "--no-enable-prefix-caching"], profile=CACHED)
+    measured = next(r for r in run.rows if r["concurrency"] == 1 and not r["is_context_prefill_phase"])
+    # Nothing was cached: PP tokens counted, PP + DEPTH prefilled.
+    prefill_s = (PP + DEPTH - 1) / PP_TPS
+    assert _values(measured, "pp_req_throughput") == pytest.approx([PP / prefill_s] * CACHED.repetitions, rel=1e-9)

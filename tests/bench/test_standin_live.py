@@ -28,7 +28,7 @@ from reconciler.bench.prompts import Prompt
 from reconciler.bench.runner import BenchRun, Progress, run_profile
 from reconciler.spec.bench import BenchProfile
 
-from .conftest import MODEL, StartStandin
+from .conftest import MODEL, ServeEngine, StartStandin
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -183,3 +183,66 @@ def test_evidence_keeps_llama_benchys_shape_and_says_what_was_measured(baseline:
             assert len(row[metric]["values"]) == row["concurrency"] * PROFILE.repetitions
     assert evidence.loads(evidence.dumps(ev)) == ev
     assert evidence.headline(ev)["pp"].startswith("pp128 ") and evidence.headline(ev)["tg"].startswith("tg16 ")
+
+
+# Engines that speculate, as their own flags say (the stand-in reads them from its argv).
+MTP_VLLM = ["vllm", "serve", f"/models/{MODEL}", "--served-model-name", MODEL, "--speculative-config.method", "mtp"]
+MTP_VLLM += ["--speculative-config.num_speculative_tokens", "3"]
+NEXTN_SGLANG = ["python3", "-m", "sglang.launch_server", "--model-path", f"/models/{MODEL}"]
+NEXTN_SGLANG += ["--served-model-name", MODEL, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"]
+SPEC_PROFILE = BenchProfile(name="spec", pp=(64,), tg=(32,), concurrency=(1, 2), repetitions=2, warmup=0)
+
+
+@pytest.mark.parametrize("argv", [MTP_VLLM, NEXTN_SGLANG], ids=["vllm-mtp", "sglang-nextn"])
+def test_a_speculative_engine_gives_two_tg_figures_from_one_run(serve_engine: ServeEngine, argv: list[str]) -> None:
+    url = serve_engine(argv)
+    before = _last_seq(url)
+    run = asyncio.run(run_profile(SPEC_PROFILE, url=url, model=MODEL))
+    served = {e["id"]: e for e in ledger(url) if e["seq"] > before and e["max_tokens"] == 32}
+    # What the engine did: the prefill's one token, then four tokens a chunk (the last chunk three).
+    assert {(e["completion_tokens"], e["content_chunks"]) for e in served.values()} == {(32, 9)}
+    measured = _measured(run)
+    assert len(measured) == 6
+    for _, record in measured:
+        assert (record.completion_tokens, len(record.chunk_times)) == (32, 9)
+    ev = build_evidence(run, IDENTITY)
+    assert ev["tg_basis"] == "usage_tokens" and evidence.headline(ev)["tg"].endswith(" t/s (usage tokens)")
+    for row in ev["benchmarks"]:
+        assert row["tokens_per_chunk"]["values"] == pytest.approx([32 / 9] * len(row["tokens_per_chunk"]["values"]))
+        # Over the same span, 31 tokens against at most 8 chunks after the first (fewer if two chunks came in
+        # one read): tg counted in chunks reads at most 8/31 of tg counted in tokens, whatever the timing.
+        for tokens, chunks in zip(
+            row["tg_req_throughput"]["values"], row["tg_req_throughput_chunks"]["values"], strict=True
+        ):
+            assert chunks <= tokens * 8 / 31 * (1 + 1e-9)
+
+
+def test_the_prefix_cached_mode_is_served_from_the_engines_cache(serve_engine: ServeEngine) -> None:
+    for api in ("completions", "chat"):
+        url = serve_engine(["vllm", "serve", f"/models/{MODEL}", "--served-model-name", MODEL])
+        profile = BenchProfile(
+            name="cached",
+            pp=(64,),
+            tg=(8,),
+            depth=(256,),
+            concurrency=(1, 2),
+            repetitions=2,
+            warmup=0,
+            prefix_cached=True,
+            api=api,
+        )
+        before = _last_seq(url)
+        run = asyncio.run(run_profile(profile, url=url, model=MODEL))
+        grid = [e for e in ledger(url) if e["seq"] > before and e["max_tokens"] == 8]
+        loads = [e for e in grid if e["prompt_tokens"] < 256 + 64]
+        full = [e for e in grid if e["prompt_tokens"] >= 256 + 64]
+        assert len(loads) == len(full) == 6, api
+        assert all(e["cached_tokens"] == 0 for e in loads)  # every context is new to the engine
+        # Each full request finds its context: whole blocks of 16 of it (the chat turn's "." is no context).
+        assert all(e["cached_tokens"] >= 256 - 16 for e in full), full
+        ctx_rows = [r for r in run.rows if r["is_context_prefill_phase"]]
+        measured = [r for r in run.rows if not r["is_context_prefill_phase"]]
+        assert len(ctx_rows) == len(measured) == 2
+        for row in measured:
+            # pp counts what followed the context, as the server counted both requests.
+            assert row["prompt_tokens"]["values"] == pytest.approx([64.0] * len(row["prompt_tokens"]["values"]), abs=2)
