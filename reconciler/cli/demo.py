@@ -30,6 +30,7 @@ from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings, HostOverride
 from reconciler.execute.secrets import SecretStore
 from reconciler.sim import SimFleet, SimRegistry
+from reconciler.sim.hostfacts import apply_state
 from reconciler.source.gitread import open_repo
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.store.journal import Store
@@ -97,6 +98,7 @@ async def start_sim(
     )
     await fleet.__aenter__()
     add_models(fleet, loaded)
+    apply_state(fleet, loaded.desired)  # each host's data plane as its host file says
     secrets = workdir / "secrets"
     secrets.mkdir(mode=0o700, exist_ok=True)
     for lane in loaded.desired.lanes.values():

@@ -12,6 +12,7 @@ from reconciler.cli import config as config_cmd
 from reconciler.cli import daemon as daemon_cmd
 from reconciler.cli import demo as demo_cmd
 from reconciler.cli import history as history_cmd
+from reconciler.cli import hosts as hosts_cmd
 from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import schema as schema_cmd
 from reconciler.cli import upstream as upstream_cmd
@@ -41,6 +42,7 @@ app.command("check")(check_cmd.check)
 app.command("plan")(reconcile_cmd.plan_cmd)
 app.command("apply")(reconcile_cmd.apply_cmd)
 app.command("status")(reconcile_cmd.status_cmd)
+app.command("hosts")(hosts_cmd.hosts_cmd)
 app.command("retry")(reconcile_cmd.retry_cmd)
 app.command("demo")(demo_cmd.demo)
 app.command("daemon")(daemon_cmd.daemon_cmd)

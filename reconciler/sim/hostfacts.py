@@ -16,12 +16,16 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.facts.commands import LeaseRequest, ProbeRequest
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.facts.probe_script import PROBE_VERSION
 from reconciler.sim.sparkinfo import SimSparkInfo
+
+if TYPE_CHECKING:
+    from reconciler.sim.sshd import SimFleet
+    from reconciler.spec.load import DesiredState
 
 KIB = 1024
 GIB = 1024**3
@@ -158,3 +162,12 @@ class SimHostFacts:
         if mine:
             del self.leases[request.lease_file]
         return reply(True, None, 0)
+
+
+def apply_state(fleet: SimFleet, desired: DesiredState) -> None:
+    """Each simulated host's data plane as its host file says (interface, address, RoCE device), so the
+    simulator agrees with the fleet state until a test changes one side."""
+    for name, host in desired.hosts.items():
+        if name in fleet.names:
+            ports = [(p.interface, p.address, p.hca) for p in host.data_plane]
+            fleet.runtime(name).facts.info.set_data_plane(ports)

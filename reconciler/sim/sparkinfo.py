@@ -40,6 +40,7 @@ CX7_PORTS = (
     ("enP2p1s0f1np1", "roceP2p1s0f1"),
 )
 CABLED = ("enp1s0f1np1", "enP2p1s0f1np1")  # one QSFP cable in port p1: both of its netdevs are up
+CONTROL = "enP7s7"  # the 10GbE RJ-45 port (NVIDIA's spark_cluster_setup binds NCCL sockets there on a ring)
 CX7_SPEED_MBPS = 200_000
 JUMBO_MTU = 9000
 ACTIVE = "4: ACTIVE"
@@ -156,6 +157,9 @@ class SimSparkInfo:
     def gb10(cls) -> SimSparkInfo:
         """A Spark with one QSFP cable in port p1 and nothing configured on it yet."""
         info = cls(links={"lo": SimLink("lo", "unknown", 65536, None, ["127.0.0.1/8"])})
+        # The control port is up; its address is not simulated (the simulator is reached on a loopback
+        # address of its own, and the fleet file does not say the control subnet's prefix).
+        info.links[CONTROL] = SimLink(CONTROL, "up", 1500, 10_000)
         for netdev, hca in CX7_PORTS:
             info.links[netdev] = SimLink(netdev)
             if netdev in CABLED:
@@ -166,7 +170,12 @@ class SimSparkInfo:
 
     def set_data_plane(self, ports: Sequence[tuple[str, str, str | None]]) -> None:
         """The host's data-plane ports from the fleet state, (interface, "a.b.c.d/prefix", HCA or None):
-        each interface cabled, up at jumbo MTU with that address; a named HCA backed by it."""
+        the cables are where the state says, each named interface up at jumbo MTU with that address and a
+        named HCA backed by it; the CX-7 netdevs it does not name have no cable."""
+        if ports:
+            for netdev, _hca in CX7_PORTS:
+                if netdev in self.links:
+                    self.links[netdev].unplug()
         for interface, address, hca in ports:
             link = self.links.setdefault(interface, SimLink(interface))
             link.cable()
@@ -221,7 +230,8 @@ class SimSparkInfo:
     def _dev_infiniband(self) -> list[str]:
         if self.dev_infiniband is not None:
             return sorted(self.dev_infiniband)
-        if not self.rdma:
+        if self.rdma is not None and not self.rdma:
             return []
-        n = len(self.rdma)
+        # One set per HCA; when sysfs cannot be read the devices are still there (the ConnectX-7's four).
+        n = len(self.rdma) if self.rdma is not None else len(CX7_PORTS)
         return sorted(["rdma_cm", *(f"{kind}{i}" for kind in ("issm", "umad", "uverbs") for i in range(n))])

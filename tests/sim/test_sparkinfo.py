@@ -55,7 +55,7 @@ async def test_a_simulated_spark_reports_a_gb10_on_dgx_os(runtime: SimContainerR
     # The four CX-7 netdevs; the cable is in port p1, so its two netdevs are up, without addresses yet.
     assert info.links is not None
     up = {lk.name: (lk.mtu, lk.speed_mbps) for lk in info.links if lk.up}
-    assert up == {"enp1s0f1np1": (9000, 200_000), "enP2p1s0f1np1": (9000, 200_000)}
+    assert up == {"enP7s7": (1500, 10_000), "enp1s0f1np1": (9000, 200_000), "enP2p1s0f1np1": (9000, 200_000)}
     assert info.rdma is not None
     assert {d.name: (d.netdevs, d.active) for d in info.rdma} == {
         "rocep1s0f0": (("enp1s0f0np0",), False),
@@ -81,6 +81,10 @@ async def test_the_data_plane_comes_from_the_fleet_state_and_a_test_can_break_it
     assert dict(hca.roce_v2_ipv4_gids) == {"192.168.100.11": 3}  # the index a Spark shows
     extra = info.link("eth9")
     assert extra is not None and extra.up and extra.ipv4 == ("10.0.0.1/16",)
+    # The cables are where the state says: the p1 netdev it does not name has none.
+    unnamed = info.link("enP2p1s0f1np1")
+    assert unnamed is not None and not unnamed.up
+    assert [d.name for d in info.rdma or () if d.active] == ["rocep1s0f1"]
 
     spark.links["enp1s0f1np1"].unplug()
     spark.links["enP2p1s0f1np1"].mtu = 1500
