@@ -42,6 +42,8 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 
 from reconciler.engines.vllmargv import flexible_argv
+from reconciler.errors import InputError
+from reconciler.spec import Lane
 
 TABLES_PACKAGE = "reconciler.engines.flagtables"
 ENGINES_WITH_TABLES = ("sglang", "vllm")
@@ -93,7 +95,8 @@ class TableMatch:
         return self.how != "nearest"
 
 
-def _load(doc: dict[str, Any]) -> FlagTable:
+def load_table(doc: dict[str, Any]) -> FlagTable:
+    """A table from its JSON document."""
     parser = doc["parser"]
     return FlagTable(
         engine=doc["engine"],
@@ -126,7 +129,7 @@ def _load(doc: dict[str, Any]) -> FlagTable:
 def tables() -> tuple[FlagTable, ...]:
     """Every table shipped in the package (read once per process)."""
     found = [
-        _load(json.loads(entry.read_text(encoding="utf-8")))
+        load_table(json.loads(entry.read_text(encoding="utf-8")))
         for entry in resources.files(TABLES_PACKAGE).iterdir()
         if entry.name.endswith(".json")
     ]
@@ -157,6 +160,36 @@ def table_for(engine: str, engine_version: str, available: Sequence[FlagTable] |
         t for t in candidates if Version(t.version).release[:2] == wanted.release[:2] and Version(t.version) <= public
     ]
     return TableMatch(max(series, key=lambda t: Version(t.version)), "nearest") if series else None
+
+
+def kv_spelling(lane: Lane, engine: str, spellings: dict[str, tuple[str, ...]]) -> str:
+    """How the lane's `kv_cache_dtype` is written for its engine release.
+
+    `spellings` gives, per lane dtype, the engine's candidate spellings in order of preference. When
+    the table of the lane's build (not a nearest one) has choices for --kv-cache-dtype, the first
+    candidate it accepts wins, and a dtype it has no spelling for is refused with its choices.
+    """
+    wanted = lane.kv_cache_dtype
+    candidates = spellings.get(wanted, ())
+    match = table_for(lane.engine, lane.engine_version)
+    choices = match.table.choices("--kv-cache-dtype") if match is not None and match.exact else None
+    if choices is None:
+        if candidates:
+            return candidates[0]
+        raise InputError(
+            f"lane '{lane.name}': {engine} has no KV cache dtype '{wanted}' "
+            f"(it takes {', '.join(sorted(spellings))} or auto)",
+            field="kv_cache_dtype",
+        )
+    accepted = next((c for c in candidates if c in choices), None)
+    if accepted is None:
+        assert match is not None
+        raise InputError(
+            f"lane '{lane.name}': {engine} {match.table.version} (the release of {lane.engine_version}) has no "
+            f"KV cache dtype for '{wanted}': its --kv-cache-dtype takes {', '.join(str(c) for c in choices)}",
+            field="kv_cache_dtype",
+        )
+    return accepted
 
 
 @dataclass(frozen=True)

@@ -15,32 +15,32 @@ The lane's `args` come last, so a lane can override any flag rendered here
 from __future__ import annotations
 
 from reconciler.engines.base import BIND_ALL, RankContext, seal
+from reconciler.engines.flags import kv_spelling
 from reconciler.errors import InputError
 from reconciler.facts.container import ContainerSpec
 
-# The lane vocabulary is vLLM-flavoured; SGLang spells a few dtypes its own way
-# and has no fp16 cache nor vLLM's fixed-slot MLA layouts.
-_KV_DTYPES = {
-    "bf16": "bf16",
-    "bfloat16": "bfloat16",
-    "fp8": "fp8_e4m3",
-    "fp8_e4m3": "fp8_e4m3",
-    "fp8_e5m2": "fp8_e5m2",
-    "nvfp4": "nvfp4",
+# The lane vocabulary is vLLM-flavoured: SGLang's spellings of it, in order of preference; the flag
+# table of the lane's release (engines/flags.py) says which one it accepts. SGLang 0.5.19
+# (srt/server_args.py, kv_cache_dtype) takes auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4,
+# fp4_mx_block16, fp4_e2m1. "bfloat16" before "bf16": srt/mem_cache/kv_cache_dtype.py reads the two
+# alike, but DeepSeek V4 (srt/arg_groups/overrides.py, _deepseek_v4_kv_cache_dtype) asserts
+# fp8_e4m3 or bfloat16. NVFP4 is "nvfp4" ("the NVFP4 FP4 E2M1 KV cache recipe"); "fp4_e2m1" is a
+# deprecated name refused at start in favour of fp4_mx_block16, an MX block-16 recipe, not NVFP4.
+# No fp16 cache and none of vLLM's fixed-slot MLA layouts.
+_KV_DTYPES: dict[str, tuple[str, ...]] = {
+    "bf16": ("bfloat16", "bf16"),
+    "bfloat16": ("bfloat16", "bf16"),
+    "fp8": ("fp8_e4m3",),
+    "fp8_e4m3": ("fp8_e4m3",),
+    "fp8_e5m2": ("fp8_e5m2",),
+    "nvfp4": ("nvfp4",),
 }
 
 
 def kv_cache_dtype(ctx: RankContext) -> str | None:
-    wanted = ctx.lane.kv_cache_dtype
-    if wanted == "auto":
+    if ctx.lane.kv_cache_dtype == "auto":
         return None
-    if wanted not in _KV_DTYPES:
-        raise InputError(
-            f"lane '{ctx.lane.name}': SGLang has no KV cache dtype '{wanted}' "
-            f"(it takes {', '.join(sorted(set(_KV_DTYPES)))} or auto)",
-            field="kv_cache_dtype",
-        )
-    return _KV_DTYPES[wanted]
+    return kv_spelling(ctx.lane, "SGLang", _KV_DTYPES)
 
 
 def _refuse_unhonoured_ep(ctx: RankContext) -> None:

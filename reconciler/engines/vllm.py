@@ -29,6 +29,7 @@ its own argv item.
 from __future__ import annotations
 
 from reconciler.engines.base import BIND_ALL, RankContext, all_at_once, seal
+from reconciler.engines.flags import kv_spelling
 from reconciler.errors import InputError
 from reconciler.facts.container import ContainerSpec
 from reconciler.spec import Lane
@@ -65,6 +66,8 @@ $1 the head's address, $2 how many nodes to wait for, $3 for how long, $4..$13 t
 RAY_HEAD_ARGV0 = "lanes-ray-head"
 
 # Spellings the lane vocabulary shares with other engines that vLLM writes differently.
+# vllm/config/cache.py CacheDType has the rest of the vocabulary as written; which of it a release
+# takes is in its flag table (nvfp4_ds_mla is in 0.32.0, not in 0.26.0).
 _KV_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -75,7 +78,8 @@ def uses_ray(lane: Lane) -> bool:
 def kv_cache_dtype(lane: Lane) -> str | None:
     if lane.kv_cache_dtype == "auto":
         return None
-    return _KV_DTYPES.get(lane.kv_cache_dtype, lane.kv_cache_dtype)
+    spelled = _KV_DTYPES.get(lane.kv_cache_dtype, lane.kv_cache_dtype)
+    return kv_spelling(lane, "vLLM", {lane.kv_cache_dtype: (spelled,)})
 
 
 def serve_argv(ctx: RankContext) -> list[str]:
