@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from scripts.flagtables.values import EngineError, Func, Indeterminate, StubMeta, Unknown
 
 if TYPE_CHECKING:
-    from scripts.flagtables.interp import Interp, Scope
+    from scripts.flagtables.interp import Interp
+    from scripts.flagtables.modules import Scope
 
 _FIELD_MARK = getattr(dataclasses, "_FIELD")  # noqa: B009 - what dataclasses.fields() filters on
 _KINDS = {"classmethod": "classmethod", "staticmethod": "staticmethod", "property": "property"}
@@ -55,7 +56,7 @@ def _decorator_names(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 def make_class(interp: Interp, node: ast.ClassDef, scope: Scope) -> object:
     from scripts.flagtables.evaluate import forgiving
-    from scripts.flagtables.interp import Scope as ScopeClass
+    from scripts.flagtables.modules import Scope as ScopeClass
 
     bases = [forgiving(interp, b, scope) for b in node.bases]
     real = [b for b in bases if isinstance(b, type)]

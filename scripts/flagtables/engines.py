@@ -24,7 +24,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from scripts.flagtables.interp import Interp, Module
+from scripts.flagtables.interp import Interp
+from scripts.flagtables.modules import Module
 from scripts.flagtables.sink import Sink, to_entries
 from scripts.flagtables.values import EngineError, Indeterminate
 from scripts.flagtables.wheel import Wheel

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scripts.flagtables.interp import Interp, Module, Scope
+    from scripts.flagtables.interp import Interp
+    from scripts.flagtables.modules import Module, Scope
 
 
 class Unknown:
