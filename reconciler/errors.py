@@ -8,7 +8,8 @@ class below sits where its consequence is::
     │   ├── HostUnreachableError    a host did not answer, or the connection dropped
     │   ├── LeaseHeldError          another reconciler holds a host (execute/hostops.py)
     │   ├── PullFailedError         `docker pull` failed: registry down, network cut
-    │   └── HostFaultError          a rank's host went away during the readiness gate
+    │   ├── HostFaultError          a rank's host went away during the readiness gate
+    │   └── GpuBusyError            a process outside lanes still held a rank host's GPU
     ├── PermanentError ........ will repeat until the lane or the host changes: the spec is condemned
     │   ├── RemoteCommandError      a host command exited non-zero (a `docker run` refused, ...)
     │   ├── HostKeyError            the host's key is not the pinned one
@@ -115,6 +116,10 @@ class HostFaultError(TransientError):
     """A rank's host stopped answering during the readiness gate: the host, not the spec, is in doubt."""
 
     delay_s = 60.0
+
+
+class GpuBusyError(TransientError):
+    """A rank host's GPU was still held when the lane's ranks were to start (old ranks already stopped)."""
 
 
 class DigestMismatchError(PermanentError):

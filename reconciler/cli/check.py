@@ -52,6 +52,11 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
             style=style,
         )
     console.print(table)
+    if verdict.ports:
+        console.print("Ports each lane listens on (API, torch.distributed, Ray; checked for clashes per host):")
+        for lane, ports in sorted(verdict.ports.items()):
+            spans = ", ".join(f"{what} {span}" for what, span in ports.items())
+            console.print(f"  {lane}: {spans}", highlight=False, soft_wrap=True)
     if not verdict.violations:
         console.print("[green]no violations[/]")
     for v in verdict.violations:

@@ -274,7 +274,6 @@ def seal(
         env_file=env_file,
         labels=tuple(sorted(labels.items())),
         mounts=rank_mounts(ctx),
-        shm_size=flags.shm_size,
         privileged=flags.privileged,
         devices=flags.devices,
         cap_add=flags.cap_add,

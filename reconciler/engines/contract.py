@@ -6,7 +6,7 @@ Two modes, chosen per fleet (`container.mode` in fleet.yaml):
   launch-cluster.sh runs every node (`docker run -d --privileged --gpus all
   --rm --ipc=host --network host`) and as sparkrun does by default
   (orchestration/executor.py `EXECUTOR_DEFAULTS`: privileged, ipc host,
-  network host, shm 32gb). The RDMA devices and unlimited memlock come with
+  network host). The RDMA devices and unlimited memlock come with
   the privilege.
 - **rootless**: what sparkrun's rootless mode adds instead of the privilege
   (core/launcher.py: `--security-opt no-new-privileges`, `--ulimit
@@ -17,10 +17,16 @@ Two modes, chosen per fleet (`container.mode` in fleet.yaml):
   host without one has no /dev/infiniband to pass (docker refuses a missing
   device), and the probe checks that the devices are there.
 
-In both modes, from launch-sgl-dsv41.sh: a 32 GB shm, a memory cap below
-the host's 128 GB (`--memory 112g --memory-swap 112g`, no swap beyond it)
-and `--oom-score-adj 500`, so on memory pressure the kernel kills the
-container before sshd or the host itself.
+In both modes, from launch-sgl-dsv41.sh: a memory cap below the host's
+128 GB (`--memory 112g --memory-swap 112g`, no swap beyond it) and
+`--oom-score-adj 500`, so on memory pressure the kernel kills the container
+before sshd or the host itself.
+
+No `--shm-size`, although those launchers pass 32 GB: with `--ipc host` the
+container uses the host's /dev/shm, so docker ignores the size (only a
+private or shareable IPC namespace gets a /dev/shm of its own) and podman
+refuses the pair ("cannot set shmsize when running in the host IPC
+Namespace", found on the rig). The host's /dev/shm is half its memory.
 """
 
 from __future__ import annotations
@@ -30,9 +36,6 @@ from dataclasses import dataclass
 from reconciler.spec import ContainerContract, Host
 
 RDMA_DEVICES = "/dev/infiniband"
-MEMLOCK_UNLIMITED = "memlock=-1:-1"
-STACK_64_MIB = "stack=67108864"
-"""64 MiB, as NVIDIA's PyTorch containers ask to be run (sparkrun's trtllm runtime, the recipes' launcher)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,6 @@ class ContainerFlags:
     cap_add: tuple[str, ...]
     ulimits: tuple[str, ...]
     security_opt: tuple[str, ...]
-    shm_size: str
     memory: str | None
     oom_score_adj: int
 
@@ -55,7 +57,6 @@ def container_flags(contract: ContainerContract, host: Host, *, multi_node: bool
             cap_add=(),
             ulimits=(),
             security_opt=(),
-            shm_size=contract.shm_size,
             memory=contract.memory_limit,
             oom_score_adj=contract.oom_score_adj,
         )
@@ -64,9 +65,8 @@ def container_flags(contract: ContainerContract, host: Host, *, multi_node: bool
         privileged=False,
         devices=(RDMA_DEVICES,) if multi_node and has_rdma else (),
         cap_add=("IPC_LOCK",),
-        ulimits=(MEMLOCK_UNLIMITED, STACK_64_MIB),
+        ulimits=contract.ulimits,
         security_opt=("no-new-privileges",),
-        shm_size=contract.shm_size,
         memory=contract.memory_limit,
         oom_score_adj=contract.oom_score_adj,
     )

@@ -43,6 +43,7 @@ class CycleSettings:
     drop_caches: bool = False
     overrides: Mapping[str, HostOverride] = field(default_factory=dict)
     watch_interval_s: float = 5.0
+    gpu_free_timeout_s: float = 60.0
 
 
 @dataclass
@@ -128,6 +129,7 @@ class CycleRunner:
                 owner=self.settings.owner,
                 lease_ttl_s=loaded.desired.fleet.lease_ttl_s,
                 watch_interval_s=self.settings.watch_interval_s,
+                gpu_free_timeout_s=self.settings.gpu_free_timeout_s,
             ),
             progress,
         )

@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Mapping, Sequence
 
-from reconciler.errors import DigestMismatchError, HostUnreachableError, LanesError, PermanentError, TransientError
+from reconciler.errors import (
+    DigestMismatchError,
+    GpuBusyError,
+    HostUnreachableError,
+    LanesError,
+    PermanentError,
+    RemoteCommandError,
+    TransientError,
+)
 from reconciler.facts import docker
-from reconciler.facts.commands import dropcaches_argv, envfile_argv, lease_argv
+from reconciler.facts.commands import dropcaches_argv, envfile_argv, gpufree_argv, lease_argv
 from reconciler.facts.container import ContainerSpec
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.facts.parse import parse_lease_output
@@ -129,6 +138,20 @@ class HostOps:
 
     async def drop_caches(self, host: str) -> None:
         await self.run(host, dropcaches_argv(), check=False)
+
+    async def wait_gpu_free(self, host: str, timeout_s: float) -> float:
+        """Seconds waited until the host's GPU was free (0 with no GPU); GpuBusyError naming the holders."""
+        result = await self._call(host, gpufree_argv(timeout_s), timeout=timeout_s + self.timeout, check=False)
+        try:
+            answer = json.loads(result.stdout.strip().splitlines()[-1])
+            waited = float(answer["waited_s"])
+            gpu = str(answer["gpu"])
+        except (IndexError, ValueError, KeyError, TypeError):
+            raise RemoteCommandError(host, ["lanes-gpufree"], result.exit_status, result.stderr) from None
+        if gpu == "busy":
+            holders = ", ".join(f"pid {b.get('pid')} ({b.get('name') or '?'})" for b in answer.get("busy", []))
+            raise GpuBusyError(f"{host}: the GPU was still held after {waited:.0f} s by {holders}")
+        return waited
 
     async def state(self, host: str, name: str) -> str:
         out = await self.run(host, docker.inspect_argv(name), check=False)

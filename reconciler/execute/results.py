@@ -60,3 +60,5 @@ class ExecutorConfig:
     watch_interval_s: float = 5.0
     assess_timeout_s: float = 5.0
     """How long an in-sync lane's engine gets to answer its health check at a resync."""
+    gpu_free_timeout_s: float = 60.0
+    """How long a rank host's GPU may stay held after the old ranks stopped (the recipes' launcher waits 60 s)."""

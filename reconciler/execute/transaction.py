@@ -40,6 +40,7 @@ from reconciler.plan.steps import (
     StartRanks,
     Step,
     StopContainers,
+    WaitGpuFree,
     WaitReady,
     WriteEnvFiles,
 )
@@ -164,6 +165,8 @@ class LaneTransaction:
             run = partial(self._stop, step)
         elif isinstance(step, DropCaches):
             run = partial(self._drop, step)
+        elif isinstance(step, WaitGpuFree):
+            run = partial(self._gpu_free, step)
         elif isinstance(step, StartRanks):
             self.touched = True
             run = partial(self._start, step)
@@ -202,6 +205,15 @@ class LaneTransaction:
 
     async def _drop(self, step: DropCaches) -> None:
         await gather_hosts([self.s.ops.drop_caches(h) for h in step.hosts])
+
+    async def _gpu_free(self, step: WaitGpuFree) -> None:
+        timeout = self.s.config.gpu_free_timeout_s
+        asks = (self.s.ops.wait_gpu_free(h, timeout) for h in step.hosts)
+        waits = await asyncio.gather(*asks, return_exceptions=True)
+        errors = [w for w in waits if isinstance(w, BaseException)]
+        if errors:
+            raise StepFailedError.wrap("gpu-free", errors, touched=self.touched)
+        self.timings["gpu_wait"] = round(max((w for w in waits if isinstance(w, float)), default=0.0), 3)
 
     async def _start(self, step: StartRanks) -> None:
         stamps: list[float] = []

@@ -17,12 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from reconciler.facts.gpu_script import GPU_FREE_SCRIPT
 from reconciler.facts.lease_script import LEASE_SCRIPT
 from reconciler.facts.probe_script import PROBE_SCRIPT
 
 __all__ = [
     "DROPCACHES_MARKER",
     "ENVFILE_MARKER",
+    "GPUFREE_MARKER",
     "LEASE_MARKER",
     "LEASE_SCRIPT",
     "MARKERS",
@@ -33,6 +35,7 @@ __all__ = [
     "command_marker",
     "dropcaches_argv",
     "envfile_argv",
+    "gpufree_argv",
     "lease_argv",
     "probe_argv",
     "read_lease_argv",
@@ -43,7 +46,8 @@ PROBE_MARKER = "lanes-probe"
 LEASE_MARKER = "lanes-lease"
 ENVFILE_MARKER = "lanes-envfile"
 DROPCACHES_MARKER = "lanes-dropcaches"
-MARKERS = frozenset({PROBE_MARKER, LEASE_MARKER, ENVFILE_MARKER, DROPCACHES_MARKER})
+GPUFREE_MARKER = "lanes-gpufree"
+MARKERS = frozenset({PROBE_MARKER, LEASE_MARKER, ENVFILE_MARKER, DROPCACHES_MARKER, GPUFREE_MARKER})
 
 # umask before mkdir and cat: the env file holds secrets, so it is 0600 from
 # the moment it exists (and its directory 0700 when we create it).
@@ -83,6 +87,11 @@ def envfile_argv(path: str) -> list[str]:
 def dropcaches_argv() -> list[str]:
     """Drop the page cache: on GB10 it counts as used memory until dropped."""
     return ["sh", "-c", DROPCACHES_SCRIPT, DROPCACHES_MARKER]
+
+
+def gpufree_argv(timeout_s: float) -> list[str]:
+    """Wait until no process outside a running lanes container holds the GPU (`facts/gpu_script.py`)."""
+    return [*_PYTHON, GPU_FREE_SCRIPT, GPUFREE_MARKER, f"{timeout_s:g}"]
 
 
 def command_marker(argv: Sequence[str]) -> str | None:

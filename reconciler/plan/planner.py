@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from reconciler.engines import ContainerSpec, start_groups
 from reconciler.facts.labels import LABEL_PORT
 from reconciler.facts.observed import ObservedContainer, ObservedFleet
+from reconciler.plan.hostchecks import host_problems
 from reconciler.plan.steps import (
     AcquireLeases,
     Cause,
@@ -31,6 +32,7 @@ from reconciler.plan.steps import (
     StartRanks,
     Step,
     StopContainers,
+    WaitGpuFree,
     WaitReady,
     WriteEnvFiles,
 )
@@ -143,6 +145,12 @@ def _plan_lane(
         if presence is None or not presence.exists:
             why = f"model path {model.path} is missing on {host}; nothing was stopped"
             return replace(with_specs, action="fail", reason=why, cause=Cause.MODEL_MISSING)
+    # The hosts as this cycle's probe saw them: a data-plane port down, an address or a RoCE GID missing.
+    # Blocked, not failed: the lane is right as written and can run once the host is fixed.
+    problems = host_problems(lane.hosts, desired.hosts, observed.hosts, desired.fleet.fabric.mtu)
+    if problems:
+        why = "; ".join(str(p) for p in problems) + "; nothing was stopped"
+        return replace(with_specs, action="blocked", reason=why, cause=Cause.HOST_FACTS)
     drift = _drift(specs, current, squatters, lane.port)
     cause = _cause(current, drift)
     reason = _reason(cause, drift)
@@ -163,6 +171,7 @@ def _plan_lane(
         steps_list.append(StopContainers(squatters, f"unmanaged container on port {lane.port}"))
     if opts.drop_caches:
         steps_list.append(DropCaches(lane.hosts))
+    steps_list.append(WaitGpuFree(lane.hosts))
     by_rank = dict(enumerate(specs))
     steps_list.extend(StartRanks(tuple(by_rank[r] for r in group)) for group in start_groups(lane))
     steps_list.append(WaitReady(lane.hosts[0], lane.port, lane.served_name))

@@ -35,6 +35,8 @@ class Cause(StrEnum):
     CONDEMNED = "condemned"
     BACKOFF = "backoff"
     MODEL_MISSING = "model-missing"
+    HOST_FACTS = "host-facts"
+    """A rank host's data plane cannot carry the lane now (a link down, an address or a RoCE GID missing)."""
     INTERNAL_ERROR = "internal-error"
 
 
@@ -130,6 +132,17 @@ class DropCaches:
 
 
 @dataclass(frozen=True)
+class WaitGpuFree:
+    """Before any rank starts: wait until no process outside a running lane holds each rank host's GPU."""
+
+    hosts: tuple[str, ...]
+    kind: str = "gpu-free"
+
+    def describe(self) -> str:
+        return f"wait until the GPU is free on {', '.join(self.hosts)}"
+
+
+@dataclass(frozen=True)
 class StartRanks:
     """Ranks that start together (one engine start group)."""
 
@@ -153,7 +166,9 @@ class WaitReady:
         return f"wait until {self.served_model} answers on {self.host}:{self.port}"
 
 
-Step = AcquireLeases | PullImages | WriteEnvFiles | StopContainers | DropCaches | StartRanks | WaitReady
+Step = (
+    AcquireLeases | PullImages | WriteEnvFiles | StopContainers | DropCaches | WaitGpuFree | StartRanks | WaitReady
+)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from reconciler.engines.ports import listening
 from reconciler.policy.budget import BudgetParams, LaneBudget, lane_budget
 from reconciler.policy.config import RULE_PARAMS, RuleSettings, Settings, parse_rules
 from reconciler.policy.context import Context
@@ -25,6 +26,7 @@ from reconciler.policy.rules.secrets import check_secrets
 from reconciler.policy.rules.sharing import check_host_sharing, check_name_clash, check_port_clash
 from reconciler.policy.rules.topology import check_topology
 from reconciler.policy.verdict import RankBudget, Verdict, Violation
+from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState, PolicySet
 
 Rule = Callable[[Context, RuleSettings], None]
@@ -107,4 +109,15 @@ def evaluate(desired: DesiredState, policies: PolicySet) -> Verdict:
         violations=tuple(sorted(ctx.violations, key=_sort_key)),
         budgets=tuple(budgets),
         rendered=rendered,
+        ports={name: lane_ports(desired.lanes[name]) for name in rendered},
     )
+
+
+def lane_ports(lane: Lane) -> dict[str, str]:
+    """Every port range the lane's ranks listen on, over all its ranks (`engines.ports`)."""
+    spans: dict[str, tuple[int, int]] = {}
+    for rank in range(lane.ranks):
+        for what, (lo, hi) in listening(lane, rank).items():
+            old = spans.get(what, (lo, hi))
+            spans[what] = (min(old[0], lo), max(old[1], hi))
+    return {what: str(lo) if lo == hi else f"{lo}-{hi}" for what, (lo, hi) in spans.items()}

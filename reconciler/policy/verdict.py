@@ -101,6 +101,8 @@ class Verdict:
     budgets: tuple[RankBudget, ...] = ()
     rendered: Mapping[str, tuple[tuple[str, ContainerSpec], ...]] = field(default_factory=dict)
     """(host, container spec) of each rank of every lane that renders (the `render` rule)."""
+    ports: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Per rendered lane, what it listens on: `api`, `dist`, `ray`, `ray-workers` -> "8000" or "29000-29007"."""
 
     @property
     def ok(self) -> bool:
@@ -121,6 +123,7 @@ class Verdict:
             "commit": self.commit,
             "ok": self.ok,
             "violations": [v.to_json() for v in self.violations],
+            "ports": {lane: dict(ports) for lane, ports in sorted(self.ports.items())},
         }
         if include_budgets:
             out["budgets"] = [b.to_json() for b in self.budgets]

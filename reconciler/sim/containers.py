@@ -131,7 +131,7 @@ class SimContainer:
         self.finished_at = ZERO_TIME
         self._started_mono = time.monotonic()
 
-    def _mark_exited(self, code: int) -> None:
+    def mark_exited(self, code: int) -> None:
         self.exit_code = code
         self.status = "exited"
         self.finished_at = now_rfc3339()
@@ -142,7 +142,7 @@ class SimContainer:
         if self.shared is not None:
             code = self.shared.exited(self.id) if self.status == "running" else None
             if code is not None:
-                self._mark_exited(code)
+                self.mark_exited(code)
             return
         if self.process is None:
             return
@@ -150,14 +150,14 @@ class SimContainer:
         if code is None:
             return
         # A signal death is reported the way docker does: 128 + signal number.
-        self._mark_exited(code if code >= 0 else 128 - code)
+        self.mark_exited(code if code >= 0 else 128 - code)
         self.process = None
 
     async def _end_shared(self, shared: SharedStandinClient, code: int) -> None:
         self.refresh()
         if self.status == "running":
             await shared.close_container(self.id, code)
-            self._mark_exited(code)
+            self.mark_exited(code)
 
     async def stop(self, timeout_s: float) -> None:
         """SIGTERM, wait up to `timeout_s`, then SIGKILL (docker stop semantics)."""

@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from reconciler.sim import dockercli as cli
-from reconciler.sim.containers import SimContainer
+from reconciler.sim.containers import SimContainer, now_rfc3339
 from reconciler.sim.dockercli import CliError
 from reconciler.sim.registry import ImageRef, SimImage, SimRegistry, registry_path
 from reconciler.sim.sharedclient import SharedStandinClient, SharedStandinError
@@ -49,6 +50,9 @@ class SimDockerDaemon:
         self.images: dict[str, SimImage] = {}  # by repo@digest
         self.tags: dict[tuple[str, str], str] = {}  # (repo, tag) -> digest
         self.spawned: list[SimContainer] = []  # every container ever started, for leak checks
+        self.gpu_release_s = 0.0
+        """How long an ended container's GPU context stays held; a test sets it to show the wait before a start."""
+        self.gpu_held_until = 0.0
         self.devices: set[str] = {"/dev/infiniband"}
         """Device paths `docker run --device` finds on this host: a Spark's RoCE devices, unless a test removes them."""
         self._commands: dict[str, Callable[[list[str]], Awaitable[Result]]] = {
@@ -201,6 +205,16 @@ class SimDockerDaemon:
             shared=self.shared,
         )
         self.containers[name] = container
+        if host_config["DeviceRequests"] is not None and self.gpu_held_for() > 0:
+            # As an engine dies on a Spark whose GPU a previous engine still holds (sparkrun-recipes'
+            # launch-sgl-dsv41.sh waits for a free GPU for exactly this reason).
+            container.log_path.write_text(
+                "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"
+            )
+            container.started_at = now_rfc3339()
+            container.mark_exited(1)
+            self.spawned.append(container)
+            return 0, cid + "\n", stderr
         try:
             await container.launch(self.address, self.work_dir)
         except SharedStandinError as exc:
@@ -312,7 +326,18 @@ class SimDockerDaemon:
         aliases = {"-t": "--time", "-s": "--signal"}
         opts = cli.parse_options(args, cli.words("--time -t --signal -s"), frozenset(), "stop", aliases)
         timeout = float(opts.last("--time", "10") or 10)
-        return await self._each(opts.positionals, lambda c: c.stop(timeout), "stop")
+        return await self._each(opts.positionals, lambda c: self._gpu_after(c, c.stop(timeout)), "stop")
+
+    async def _gpu_after(self, c: SimContainer, ending: Awaitable[None]) -> None:
+        """End a container; one that had the GPU leaves it held for `gpu_release_s` (CUDA context teardown)."""
+        had_gpu = c.running and c.host_config.get("DeviceRequests") is not None
+        await ending
+        if had_gpu and not c.running:
+            self.gpu_held_until = max(self.gpu_held_until, time.monotonic() + self.gpu_release_s)
+
+    def gpu_held_for(self) -> float:
+        """Seconds until the GPU is free of every ended container's context (0: free now)."""
+        return max(0.0, self.gpu_held_until - time.monotonic())
 
     async def rm(self, args: list[str]) -> Result:
         aliases = {"-f": "--force", "-v": "--volumes"}
@@ -326,7 +351,7 @@ class SimDockerDaemon:
                     "stop the container before removing or force remove",
                     1,
                 )
-            await c.kill()
+            await self._gpu_after(c, c.kill())
             self.containers.pop(c.name, None)
             c.log_path.unlink(missing_ok=True)  # docker drops a container's logs with it
 

@@ -17,12 +17,14 @@ the one shared stand-in process); `shutdown()` ends them all, and
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from reconciler.facts import commands as fc
+from reconciler.facts.gpu_script import GPU_FREE_EXIT_BUSY
 from reconciler.facts.labels import LABEL_MANAGED, LABEL_RANK, MANAGED_VALUE
 from reconciler.sim.containers import SimContainer
 from reconciler.sim.dockerd import Result, SimDockerDaemon
@@ -99,6 +101,8 @@ class SimContainerRuntime:
         if delay:
             # A slow host (or a slow pull, stop, lease): lets tests land a fault inside a given step.
             await asyncio.sleep(delay)
+        if marker == fc.GPUFREE_MARKER:
+            return await self._gpu_free(argv)
         if marker is not None:
             return self._fact_command(marker, argv, stdin)
         if argv[0] == "docker" and self.docker_available:
@@ -107,6 +111,22 @@ class SimContainerRuntime:
             finally:
                 self.ports.invalidate()  # a container started or ended: its engine's socket came or went
         return 127, "", f"sh: {argv[0]}: not found\n"
+
+    async def _gpu_free(self, argv: list[str]) -> Result:
+        """What facts/gpu_script.py prints here: the GPU is held while an ended rank's context is torn down."""
+        try:
+            timeout = float(argv[-1])
+        except ValueError:
+            return 2, "", "lanes-gpufree: timeout is not a number\n"
+        if list(argv) != fc.gpufree_argv(timeout):
+            return 2, "", "lanes-gpufree: argv differs from what reconciler.facts.commands builds\n"
+        held = self.daemon.gpu_held_for()
+        if held > timeout:
+            await asyncio.sleep(timeout)
+            busy = [{"pid": 4242, "name": "python3"}]
+            return GPU_FREE_EXIT_BUSY, json.dumps({"gpu": "busy", "waited_s": timeout, "busy": busy}) + "\n", ""
+        await asyncio.sleep(held)
+        return 0, json.dumps({"gpu": "free", "waited_s": round(held, 3)}) + "\n", ""
 
     def _fact_command(self, marker: str, argv: list[str], stdin: str | None) -> Result:
         try:

@@ -73,7 +73,10 @@ class ContainerContract(StrictModel):
         description="privileged (eugr's launch-cluster.sh, sparkrun's default) or rootless: RDMA devices, "
         "IPC_LOCK, memlock and stack ulimits instead of --privileged (sparkrun-recipes' launcher)",
     )
-    shm_size: str = Field(default="32g", pattern=r"^[0-9]+[bkmg]?$", description="--shm-size")
+    ulimits: tuple[str, ...] = Field(
+        default=("memlock=-1:-1", "stack=67108864"),
+        description="rootless mode's --ulimit flags: unlimited locked memory for RDMA, a 64 MiB stack",
+    )
     memory_limit: str | None = Field(
         default="112g",
         pattern=r"^[0-9]+[bkmg]?$",

@@ -62,7 +62,7 @@ def test_production_lane_rendezvous_on_the_switch_fabric_not_the_ssh_address() -
         assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("enp1s0f0np0", "enp1s0f0np0")
         assert (env["NCCL_IB_HCA"], env["NCCL_IB_ADDR_RANGE"]) == ("rocep1s0f0", "192.168.100.0/24")
         assert "NCCL_IB_GID_INDEX" not in env  # NCCL picks it per node
-        assert spec.privileged and (spec.shm_size, spec.memory, spec.oom_score_adj) == ("32g", "112g", 500)
+        assert spec.privileged and (spec.shm_size, spec.memory, spec.oom_score_adj) == (None, "112g", 500)
     assert head.secret_env == ("HF_TOKEN",)
 
 

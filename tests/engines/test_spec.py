@@ -253,7 +253,7 @@ def test_flare_needs_every_peer_address(
 
 def test_container_flags(make_lane: LaneFactory, render: Renderer) -> None:
     spec = render(make_lane())[0]
-    assert (spec.network, spec.ipc, spec.gpus, spec.shm_size) == ("host", "host", "all", "32g")
+    assert (spec.network, spec.ipc, spec.gpus, spec.shm_size) == ("host", "host", "all", None)
     argv = run_argv(spec)
     assert argv[:13] == [
         "docker",
@@ -271,5 +271,5 @@ def test_container_flags(make_lane: LaneFactory, render: Renderer) -> None:
         "host",
     ]
     # The container contract of a privileged fleet (the default), as eugr's and sparkrun's launchers run ranks.
-    assert argv[13:21] == ["--shm-size", "32g", "--privileged", "--memory", "112g", "--memory-swap", "112g",
-                           "--oom-score-adj"]  # fmt: skip
+    assert argv[13:20] == ["--privileged", "--memory", "112g", "--memory-swap", "112g", "--oom-score-adj", "500"]
+    assert "--shm-size" not in argv  # with --ipc host the host's /dev/shm is used (podman refuses a size)

@@ -33,10 +33,10 @@ pytestmark = pytest.mark.timeout(30)
 REPO = Path(__file__).resolve().parents[2]
 
 PINNED: dict[str, tuple[str, ...]] = {
-    "dsv41-flash-1017-4x-sglang": ("90f6750bf1aaa87e", "1d5b89593e42d860", "32450e5cf85e424a", "97713431111f855a"),
-    "eugr-nightly-dsv41-3x": ("e23621597256ac2e", "4b8287cb814528a3", "b75d5350bbe41349"),
-    "glm53-mxfp4-fp8-4x-r39": ("89f9475066a863b0", "3e09814778ad305b", "2d6031cf98622bce", "89611e5425e6de5f"),
-    "minimax-m31-flash-4x-flare": ("e0818e2c7489d4be", "7a5eaee35d6a4674", "9d9940964919dd61", "df8f58f1c865e648"),
+    "dsv41-flash-1017-4x-sglang": ("936ce99e876fbdd4", "97de1d7b4b2e0be7", "c596ffa8da411f9c", "f2905a3fc83d107e"),
+    "eugr-nightly-dsv41-3x": ("8620b5813c22668d", "47a8983699eaef4f", "a1c1a04c4a50982b"),
+    "glm53-mxfp4-fp8-4x-r39": ("7e2cf39456eff51d", "15592358c611b5cc", "5be820eb40ad1f26", "dfa22d63d07196a0"),
+    "minimax-m31-flash-4x-flare": ("0370947ee0396615", "882a08a64031fb07", "967ff199d1f046aa", "708039a6ee882813"),
 }
 """Lane -> spec hash of rank 0, 1, ... as rendered from `state/` (running and stopped lanes alike)."""
 

@@ -103,7 +103,7 @@ def test_first_deploy_starts_every_running_lane_and_nothing_else() -> None:
     prod = result.lane(PRODUCTION)
     assert prod is not None
     kinds = [s.kind for s in prod.steps]
-    assert kinds == ["lease", "pull", "env-files", "start", "wait-ready"]
+    assert kinds == ["lease", "pull", "env-files", "gpu-free", "start", "wait-ready"]
     start = next(s for s in prod.steps if isinstance(s, StartRanks))
     assert [h for h, _ in start.ranks] == ["dgx1", "dgx2", "dgx3", "dgx4"]
     wait = prod.steps[-1]

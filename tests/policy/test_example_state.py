@@ -38,7 +38,8 @@ def test_example_state_passes(verdict: Verdict) -> None:
     assert verdict.ok
     assert [v for v in verdict.violations if v.severity == "deny"] == []
     body = verdict.to_json()
-    assert set(body) == {"commit", "ok", "violations"}
+    assert set(body) == {"commit", "ok", "violations", "ports"}
+    assert body["ports"]["dsv41-flash-1017-4x-sglang"] == {"api": "8000", "dist": "28000"}  # type: ignore[index]
     assert body["commit"] == "HEAD"
     json.dumps(body)  # serialisable as it is
 

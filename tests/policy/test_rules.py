@@ -77,6 +77,59 @@ def test_different_ports_pass() -> None:
     assert run(two_lanes(port_b=8001), "port-clash") == []
 
 
+def two_multi_node_heads(port_a: int, port_b: int, **b_fields: object) -> DesiredState:
+    return state(
+        [host("h0"), host("h1")],
+        [model("m")],
+        [
+            lane("a", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-a", port=port_a),
+            lane("b", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-b", port=port_b,
+                 **b_fields),
+        ],
+    )  # fmt: skip
+
+
+def test_two_multi_node_heads_on_one_host_get_their_own_distributed_ports() -> None:
+    desired = two_multi_node_heads(8000, 8001)
+    assert run(desired, "port-clash") == []
+    verdict = evaluate(desired, only_rules(ALL, "port-clash"))
+    assert verdict.ports["a"] == {"api": "8000", "dist": "28000"}
+    assert verdict.ports["b"] == {"api": "8001", "dist": "28001"}
+    assert verdict.to_json()["ports"] == {"a": {"api": "8000", "dist": "28000"}, "b": {"api": "8001", "dist": "28001"}}
+
+
+def test_a_lane_whose_api_port_is_anothers_distributed_port_is_denied_naming_both_uses() -> None:
+    found = run(two_multi_node_heads(8000, 28000), "port-clash")
+    assert {(v.lane, v.host) for v in found} == {("a", "h0"), ("b", "h0")}
+    assert all("port 28000" in v.message and "a dist, b api" in v.message for v in found)
+
+
+def test_ray_lanes_on_one_host_pin_every_ray_port_apart() -> None:
+    desired = state(
+        [host("h0"), host("h1")],
+        [model("m")],
+        [
+            lane("a", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-a", port=8000,
+                 engine="vllm", launcher="ray"),
+            lane("b", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-b", port=8200,
+                 engine="vllm", launcher="ray"),
+        ],
+    )  # fmt: skip
+    # a: Ray 29000-29007, its workers 29100-29199; b: Ray 29200-29207, workers 29300-29399.
+    assert run(desired, "port-clash") == []
+    closer = state(
+        [host("h0"), host("h1")],
+        [model("m")],
+        [
+            lane("a", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-a", port=8000,
+                 engine="vllm", launcher="ray"),
+            lane("b", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-b", port=8100,
+                 engine="vllm", launcher="ray"),
+        ],
+    )  # fmt: skip
+    assert {v.lane for v in run(closer, "port-clash")} == {"a", "b"}  # b's Ray head sits in a's worker range
+
+
 # -- name-clash -----------------------------------------------------------------------
 
 

@@ -23,9 +23,15 @@ from pathlib import Path
 PREFIX = "lanesrig"
 """Prefix of every name the rig makes: namespaces, the rig folder, the registries.conf.d file."""
 LINK_PREFIX = "lrig"
-"""Interface names are limited to 15 characters: `lrig<pid>b` (bridge), `lrig<pid>h<i>` (veths)."""
+"""Interface names are limited to 15 characters: `lrig<pid>b` and `lrig<pid>d` (bridges), `lrig<pid>h<i>` and
+`lrig<pid>d<i>` (veths)."""
 
 SUBNET = "10.213.47"
+"""The control plane: each host's SSH address, the registry, the control node (the root namespace)."""
+FABRIC_SUBNET = "10.214.47"
+"""The data plane: each host's second interface (`eth1`), on a bridge of its own the control node is not on,
+as the ConnectX-7 switch of a Spark fleet. It has no RDMA device, so ranks use NCCL's socket transport."""
+FABRIC_INTERFACE = "eth1"
 ROOT_ADDRESS = f"{SUBNET}.1"
 REGISTRY_PORT = 5000
 REGISTRY = f"{ROOT_ADDRESS}:{REGISTRY_PORT}"

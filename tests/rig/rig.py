@@ -31,6 +31,8 @@ from typing import Any
 from tests.rig.lanescli import LaneRun, run_lanes, run_lanes_watching
 from tests.rig.machine import (
     DOCKER_WRAPPER,
+    FABRIC_INTERFACE,
+    FABRIC_SUBNET,
     HOST_NAMES,
     LINK_PREFIX,
     PREFIX,
@@ -65,6 +67,9 @@ class RigHost:
     netns: str
     veth: str
     folder: Path
+    fabric_address: str = ""
+    """The host's data-plane address (FABRIC_INTERFACE), without prefix."""
+    fabric_veth: str = ""
     ssh_pid: int | None = None
     hidden: Path | None = None
     """A folder this host's sshd sees as empty (its own mount namespace): see `Rig.hide_on`."""
@@ -105,6 +110,7 @@ class Rig:
     timings: dict[str, float] = field(default_factory=dict)
     db_name: str = "main"
     _made_bridge: bool = False
+    _made_fabric: bool = False
     _conf_installed: bool = False
 
     # ---- paths -------------------------------------------------------------------------------
@@ -116,6 +122,10 @@ class Rig:
     @property
     def bridge(self) -> str:
         return f"{LINK_PREFIX}{self.tag}b"
+
+    @property
+    def fabric_bridge(self) -> str:
+        return f"{LINK_PREFIX}{self.tag}d"
 
     @property
     def client_key(self) -> Path:
@@ -178,7 +188,8 @@ class Rig:
         for folder in (self.model_path, self.hf_cache, self.state_on_host):
             folder.mkdir(parents=True, exist_ok=True)
         (self.model_path / "config.json").write_text('{"architectures": ["TinyForCausalLM"]}\n')
-        self.repo.init(policies=REPO / "policies", hosts={h.name: h.address for h in self.hosts.values()},
+        self.repo.init(policies=REPO / "policies", hosts={h.name: (h.address, h.fabric_address)
+                                                          for h in self.hosts.values()},
                        model_path=self.model_path, hf_cache=self.hf_cache, state_on_host=self.state_on_host,
                        label=self.rig_id)
         self._check_hosts()
@@ -201,7 +212,8 @@ class Rig:
         for index, name in enumerate(HOST_NAMES, start=1):
             host = RigHost(name=name, index=index, address=f"{SUBNET}.{10 + index}",
                            netns=f"{self.rig_id}-{index}", veth=f"{LINK_PREFIX}{self.tag}h{index}",
-                           folder=self.folder / "hosts" / name)
+                           folder=self.folder / "hosts" / name, fabric_address=f"{FABRIC_SUBNET}.{10 + index}",
+                           fabric_veth=f"{LINK_PREFIX}{self.tag}d{index}")
             self.hosts[name] = host
             for sub in ("storage", "run", "tmp", "home"):
                 (host.folder / sub).mkdir(parents=True)
@@ -212,6 +224,19 @@ class Rig:
             sh(["ip", "-n", host.netns, "link", "set", "eth0", "up"])
             sh(["ip", "-n", host.netns, "link", "set", "lo", "up"])
             sh(["ip", "-n", host.netns, "route", "add", "default", "via", ROOT_ADDRESS])
+            self._data_plane(host)
+
+    def _data_plane(self, host: RigHost) -> None:
+        """A second veth pair per host on the fabric bridge: the subnet ranks rendezvous on."""
+        if not self._made_fabric:
+            sh(["ip", "link", "add", self.fabric_bridge, "type", "bridge"])
+            self._made_fabric = True
+            sh(["ip", "link", "set", self.fabric_bridge, "up"])
+        sh(["ip", "link", "add", host.fabric_veth, "type", "veth", "peer", "name", FABRIC_INTERFACE,
+            "netns", host.netns])
+        sh(["ip", "link", "set", host.fabric_veth, "master", self.fabric_bridge, "up"])
+        sh(["ip", "-n", host.netns, "addr", "add", f"{host.fabric_address}/24", "dev", FABRIC_INTERFACE])
+        sh(["ip", "-n", host.netns, "link", "set", FABRIC_INTERFACE, "up"])
 
     def _sshd_config(self, host: RigHost) -> str:
         path = f"{self.folder / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -457,8 +482,12 @@ class Rig:
         for host in self.hosts.values():
             step(f"netns {host.netns}", lambda h=host: sh(["ip", "netns", "delete", h.netns], check=False))
             step(f"veth {host.veth}", lambda h=host: delete_link(h.veth))
+            if host.fabric_veth:
+                step(f"veth {host.fabric_veth}", lambda h=host: delete_link(h.fabric_veth))
         if self._made_bridge:
             step("bridge", lambda: delete_link(self.bridge))
+        if self._made_fabric:
+            step("fabric bridge", lambda: delete_link(self.fabric_bridge))
         if self._conf_installed:
             step("containers.conf", restore_podman_conf)
         if self.folder.exists():

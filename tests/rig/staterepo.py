@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.rig.machine import ENGINE_PORT, STANDIN_ARGS, RigError, sh
+from tests.rig.machine import ENGINE_PORT, FABRIC_INTERFACE, STANDIN_ARGS, RigError, sh
 
 MODEL = "tiny"
 
@@ -51,9 +51,12 @@ class StateRepo:
     def git(self, *args: str, cwd: Path | None = None) -> str:
         return sh(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}).stdout.strip()
 
-    def init(self, *, policies: Path, hosts: Mapping[str, str], model_path: Path, hf_cache: Path,
+    def init(self, *, policies: Path, hosts: Mapping[str, tuple[str, str]], model_path: Path, hf_cache: Path,
              state_on_host: Path, label: str) -> None:
-        """Fleet, hosts (name -> address), the tiny model and the project's policies; no lane yet."""
+        """Fleet, hosts (name -> SSH and data-plane address), the tiny model and the project's policies; no lane.
+
+        The fleet runs ranks rootless: the hosts' data-plane ports name no RoCE device (a veth has none), so no
+        device is passed, and podman applies the rest (IPC_LOCK, memlock and stack ulimits, the memory cap)."""
         self.git("init", "-q", "--bare", "-b", "main", str(self.forge))
         self.git("init", "-q", "-b", "main", str(self.work))
         shutil.copytree(policies, self.work / "policies")
@@ -61,12 +64,17 @@ class StateRepo:
         for folder in ("hosts", "models", "lanes"):
             (state / folder).mkdir(parents=True)
         write_json_yaml(state / "fleet.yaml", {
-            "ssh_user": "root", "ssh_port": 22, "network_interface": "eth0", "hf_cache": str(hf_cache),
+            "ssh_user": "root", "ssh_port": 22, "hf_cache": str(hf_cache),
             "state_dir_on_host": str(state_on_host), "lease_ttl_s": 300,
+            # No --ulimit: this machine's root lacks CAP_SYS_RESOURCE, so runc may not raise any rlimit, and
+            # podman 4.3 given one --ulimit also raises nofile and nproc to its defaults (the rig refuses both).
+            "container": {"mode": "rootless", "ulimits": []},
         })
-        for name, address in hosts.items():
-            write_json_yaml(state / "hosts" / f"{name}.yaml",
-                            {"address": address, "hardware": "gb10", "labels": {"rig": label}})
+        for name, (address, fabric) in hosts.items():
+            write_json_yaml(state / "hosts" / f"{name}.yaml", {
+                "address": address, "hardware": "gb10", "labels": {"rig": label},
+                "data_plane": [{"interface": FABRIC_INTERFACE, "address": f"{fabric}/24"}],
+            })
         write_json_yaml(state / "models" / f"{MODEL}.yaml", {
             "hf_repo": "lanes-rig/tiny", "revision": "0" * 40, "path": str(model_path),
             "weight_bytes": 64 * 1024 * 1024, "quantization": "bf16",
