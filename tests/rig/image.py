@@ -34,6 +34,7 @@ import json, os, sys, threading, time, urllib.request
 repo, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sys.path.insert(0, repo)
 from reconciler.sim import standin
+from reconciler.sim import rendezvous  # the rig's multi-node lanes meet through it before the stand-in runs
 import runpy, importlib.util, importlib.machinery, pkgutil  # what `python3 -m` loads
 import encodings.utf_8, encodings.latin_1, encodings.ascii, encodings.idna
 

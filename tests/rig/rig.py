@@ -316,9 +316,11 @@ class Rig:
 
     # ---- state repository -------------------------------------------------------------------------
 
-    def publish(self, lanes: Mapping[str, Mapping[str, Any]], message: str) -> str:
-        """Commit these lanes (and only these), `git push` them to the forge; the sha lanes will see."""
-        return self.repo.publish(lanes, message)
+    def publish(self, lanes: Mapping[str, Mapping[str, Any]], message: str,
+                hosts: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+        """Commit these lanes (and only these; `hosts`: changes to host files), `git push` them to the forge;
+        the sha lanes will see."""
+        return self.repo.publish(lanes, message, hosts)
 
     def lane(self, name: str, hosts: Sequence[str], *, image_ref: str | None = None, **fields: Any
              ) -> dict[str, Any]:

@@ -87,8 +87,13 @@ class StateRepo:
         self.git("push", "-q", "origin", "main", cwd=self.work)
         self.git("clone", "-q", str(self.forge), str(self.clone))
 
-    def publish(self, lanes: Mapping[str, Mapping[str, Any]], message: str) -> str:
-        """Commit exactly these lanes, `git push` to the forge, pull into the clone; the new sha."""
+    def publish(self, lanes: Mapping[str, Mapping[str, Any]], message: str,
+                hosts: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+        """Commit exactly these lanes (and changes to these host files), `git push` to the forge, pull into the
+        clone; the new sha."""
+        for name, changes in (hosts or {}).items():
+            path = self.work / "state" / "hosts" / f"{name}.yaml"
+            write_json_yaml(path, {**json.loads(path.read_text()), **changes})
         folder = self.work / "state" / "lanes"
         for old in folder.glob("*.yaml"):
             old.unlink()
