@@ -34,7 +34,7 @@ import argparse
 import functools
 import json
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
@@ -162,7 +162,7 @@ def table_for(engine: str, engine_version: str, available: Sequence[FlagTable] |
     return TableMatch(max(series, key=lambda t: Version(t.version)), "nearest") if series else None
 
 
-def kv_spelling(lane: Lane, engine: str, spellings: dict[str, tuple[str, ...]]) -> str:
+def kv_spelling(lane: Lane, engine: str, spellings: Mapping[str, tuple[str, ...]]) -> str:
     """How the lane's `kv_cache_dtype` is written for its engine release.
 
     `spellings` gives, per lane dtype, the engine's candidate spellings in order of preference. When
