@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from reconciler.policy.ancestry import FixAncestry
 from reconciler.policy.config import RuleSettings, Settings
 from reconciler.policy.hardware import Capacity
 from reconciler.policy.verdict import DetailValue, Severity, Violation
@@ -28,6 +29,8 @@ class Context:
     settings: Settings
     capacities: Mapping[str, Capacity]
     known_issues: KnownIssuesFile
+    fix_ancestry: FixAncestry = field(default_factory=dict)
+    """Answers to the known-issues rule's ancestry questions, from whoever keeps git mirrors (may be none)."""
     running_by_host: dict[str, list[Lane]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
 
@@ -38,8 +41,15 @@ class Context:
         settings: Settings,
         capacities: Mapping[str, Capacity],
         issues: KnownIssuesFile,
+        fix_ancestry: FixAncestry | None = None,
     ) -> Context:
-        ctx = cls(desired=desired, settings=settings, capacities=capacities, known_issues=issues)
+        ctx = cls(
+            desired=desired,
+            settings=settings,
+            capacities=capacities,
+            known_issues=issues,
+            fix_ancestry=fix_ancestry or {},
+        )
         for lane in desired.lanes.values():
             if lane.running:
                 for host in lane.hosts:

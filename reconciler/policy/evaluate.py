@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from reconciler.engines.ports import listening
+from reconciler.policy.ancestry import FixAncestry
 from reconciler.policy.budget import BudgetParams, LaneBudget, lane_budget
 from reconciler.policy.config import RULE_PARAMS, RuleSettings, Settings, parse_rules
 from reconciler.policy.context import Context
@@ -73,10 +74,14 @@ def _sort_key(v: Violation) -> tuple[str, int, str, int, str]:
     )
 
 
-def evaluate(desired: DesiredState, policies: PolicySet) -> Verdict:
-    """Check one commit's desired state against the policy set."""
+def evaluate(desired: DesiredState, policies: PolicySet, *, fix_ancestry: FixAncestry | None = None) -> Verdict:
+    """Check one commit's desired state against the policy set.
+
+    `fix_ancestry` answers the known-issues rule's questions about git builds (`ancestry.fix_questions`);
+    without it those builds are judged by version alone, and their findings say ancestry was not checked.
+    """
     settings = parse_rules(policies.rules)
-    ctx = Context.build(desired, settings, capacities(policies.hardware), policies.known_issues)
+    ctx = Context.build(desired, settings, capacities(policies.hardware), policies.known_issues, fix_ancestry)
     plans = _plans(ctx, settings)
     for name in settings.missing:
         ctx.violations.append(

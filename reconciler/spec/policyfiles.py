@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from reconciler.spec.base import StrictModel
 
@@ -70,6 +70,25 @@ class KnownIssue(StrictModel):
     summary: str = Field(min_length=1)
     action: str = Field(min_length=1, description="what to do about it")
     ref: str = Field(min_length=1, description="upstream issue or pull request")
+    fixed_in_commit: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{40}$",
+        description=(
+            "the full sha of the commit that fixes the issue upstream: a build from a git head "
+            "(engine_version with a +g<sha> local segment) is checked by ancestry instead of by version"
+        ),
+    )
+    repo: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the repository the fix commit is in (owner/name on GitHub, or a git URL); needs a git-head source",
+    )
+
+    @model_validator(mode="after")
+    def _fix_names_its_repo(self) -> KnownIssue:
+        if self.fixed_in_commit is not None and self.repo is None:
+            raise ValueError("fixed_in_commit needs repo: the repository the fix commit is in")
+        return self
 
 
 class KnownIssuesFile(StrictModel):

@@ -34,6 +34,7 @@ from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.spec.lane import Lane
 from reconciler.spec.upstream import GitHubReleases, OCIRepository, UpstreamSource
 from reconciler.upstream import gitbranch
+from reconciler.upstream.ancestry import fix_ancestry
 from reconciler.upstream.base import Clock, PollSettings, backoff_delay, read_credential
 from reconciler.upstream.forge import ForgeSettings, open_pull
 from reconciler.upstream.platforms import SPARK_PLATFORM, describe, release_platforms
@@ -296,7 +297,9 @@ def _verdict(run: _Run, lane: Lane, commit: str) -> tuple[tuple[str, ...], tuple
         loaded = load_commit(run.repo, commit, run.settings.state_dir, run.settings.policies_dir)
     except InputError as exc:
         return (f"the proposed commit does not load: {exc.describe()}",), ()
-    verdict = evaluate(loaded.desired, loaded.policies)
+    # Git builds against known issues with a fix commit: answered from the git-head mirrors the watch keeps.
+    answers = fix_ancestry(loaded.desired, loaded.policies.known_issues, run.settings.poll.data_dir)
+    verdict = evaluate(loaded.desired, loaded.policies, fix_ancestry=answers)
     deny = tuple(
         f"{v.rule}{f' ({v.lane})' if v.lane else ''}: {v.message}" for v in verdict.violations if v.severity == "deny"
     )

@@ -32,9 +32,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from reconciler.errors import InputError
+from reconciler.policy.ancestry import build_commit
 
 _DATE_IN_TAG = re.compile(r"(?<!\d)(20\d{2})(\d{2})(\d{2})(?!\d)")
-_COMMIT_IN_LOCAL = re.compile(r"^g([0-9a-f]{7,40})$")
 
 GapRule = Literal["version", "build-date", "commit", "unknown"]
 
@@ -83,13 +83,7 @@ def says_nothing(version: Version | None) -> bool:
 
 def commit_of(version: Version | None) -> str | None:
     """The commit a build names in its local segment (`+g8244d1c44` -> `8244d1c44`), setuptools-scm style."""
-    if version is None or version.local is None:
-        return None
-    for part in version.local.split("."):
-        match = _COMMIT_IN_LOCAL.match(part)
-        if match:
-            return match.group(1)
-    return None
+    return None if version is None else build_commit(str(version))
 
 
 def date_in_tag(tag: str) -> date | None:

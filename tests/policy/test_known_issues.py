@@ -5,15 +5,19 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from reconciler.errors import InputError
 from reconciler.policy import Violation, evaluate
+from reconciler.policy.ancestry import NOT_ASKED, FixAnswer, FixQuestion, build_commit, fix_questions
+from reconciler.policy.rules.issue_judgement import placement
 from reconciler.policy.rules.known_issues import parse_version
-from reconciler.spec.load import DesiredState
+from reconciler.spec.load import DesiredState, PolicySet, load_policies
 from reconciler.spec.model import MoE
 from reconciler.spec.policyfiles import KnownIssue, KnownIssuesFile
 
-from .builders import host, lane, mla, model, only_rules, repo_policies, state
+from .builders import host, lane, mla, model, only_rules, repo_files, repo_policies, state
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -122,3 +126,108 @@ def test_bad_specifier_is_an_input_error() -> None:
         evaluate(glm(), policies)
     assert caught.value.file == "policies/known-issues.yaml"
     assert caught.value.field == "issues[0].versions"
+
+
+# Known issues with a fix commit: builds from a git head are judged by ancestry.
+
+FIX = "4f0c1e2d3b4a59687766554433221100ffeeddcc"
+UPSTREAM = "vllm-project/vllm"
+MAIN_BUILD = "0.31.1rc1.dev200+g1234abcd9"
+"""A vLLM main build after 0.31: in '<0.32.0', with or without the fix (shape: docker/model-runner#735)."""
+DEV_OF_FIX = "0.32.0rc1.dev123+g1234abcd9"
+"""A dev build of 0.32.0: PEP 440 keeps it out of '<0.32.0', with or without the fix."""
+
+
+def with_fix(policies: PolicySet = POLICIES) -> PolicySet:
+    """The repository's policies with the MoE/EP corruption entry naming its (test) fix commit."""
+    issues = tuple(
+        i.model_copy(update={"fixed_in_commit": FIX, "repo": UPSTREAM}) if i.id == "vllm-59042-moe-ep-corruption" else i
+        for i in policies.known_issues.issues
+    )
+    return dataclasses.replace(policies, known_issues=KnownIssuesFile(issues=issues))
+
+
+def judged(engine_version: str, contains: bool | None = None, how: str = "mirror of vllm-main") -> list[Violation]:
+    ancestry = {} if contains is None else {FixQuestion(UPSTREAM, FIX, "1234abcd9"): FixAnswer(contains, how)}
+    verdict = evaluate(glm(engine_version=engine_version, ep=4), with_fix(), fix_ancestry=ancestry)
+    return [v for v in verdict.violations if v.rule == "known-issues"]
+
+
+def test_the_commit_a_build_names_is_read_from_its_local_segment() -> None:
+    assert build_commit("0.16.1rc1.dev268+ge2b31243c") == "e2b31243c"  # docker/model-runner#735
+    assert build_commit("0.32.1.dev0+g8244d1c44.cu130") == "8244d1c44"  # vLLM's setup.py appends .cu130
+    assert build_commit("0.0.0.dev1+gda64c5cbb") == "da64c5cbb"
+    assert build_commit("0.7.3.dev228+g42333026.d20250219") == "42333026"  # a dirty tree adds .d<date>
+    assert build_commit(R39) is None  # a fork's own local segment names no commit
+    assert build_commit("0.32.0") is None and build_commit("nightly-20261015") is None
+
+
+def test_pre_releases_of_an_exclusive_bound_are_told_apart() -> None:
+    below = SpecifierSet("<0.32.0")
+    assert placement(below, Version(MAIN_BUILD)) == "in"
+    assert placement(below, Version(DEV_OF_FIX)) == "pre-release of the bound"
+    assert placement(below, Version("0.32.0")) == "out" and placement(below, Version("0.32.1.dev1+gabcdef1")) == "out"
+    assert placement(SpecifierSet(">=0.30,<0.32.0"), Version("0.29.0rc1.dev3+gabcdef1")) == "out"
+    assert placement(below, None) == "unplaced"
+
+
+def test_a_main_build_that_contains_the_fix_is_not_flagged() -> None:
+    assert judged(MAIN_BUILD, contains=True) == []
+
+
+def test_a_main_build_without_the_fix_is_denied_with_the_commits_named() -> None:
+    [v] = judged(MAIN_BUILD, contains=False)
+    assert v.severity == "deny" and v.detail["ancestry"] == "lacks-fix"
+    assert f"its commit 1234abcd9 does not contain the fix {FIX[:12]} (mirror of vllm-main)" in v.message
+
+
+def test_a_dev_build_of_the_fixed_release_without_the_fix_is_denied() -> None:
+    # By version alone it passes '<0.32.0'; its commit says otherwise.
+    assert issues(glm(engine_version=DEV_OF_FIX, ep=4)) == []
+    [v] = judged(DEV_OF_FIX, contains=False)
+    assert v.severity == "deny" and v.detail["build_commit"] == "1234abcd9"
+    assert judged(DEV_OF_FIX, contains=True) == []
+
+
+def test_without_an_answer_the_finding_says_ancestry_was_not_checked() -> None:
+    [inside] = judged(MAIN_BUILD)
+    assert inside.severity == "deny" and inside.detail["ancestry"] == "unknown"
+    assert f"whether commit 1234abcd9 contains the fix {FIX[:12]} of {UPSTREAM} could not be checked" in inside.message
+    assert NOT_ASKED in inside.message
+    [bound] = judged(DEV_OF_FIX, contains=None)
+    assert bound.severity == "warn" and "is a pre-release of a version <0.32.0 leaves out" in bound.message
+    [placeholder] = judged("0.0.0.dev1+g1234abcd9", contains=None)
+    assert placeholder.severity == "warn" and "cannot be placed in a version range" in placeholder.message
+
+
+def test_a_build_that_cannot_be_placed_is_judged_by_its_commit() -> None:
+    assert judged("0.0.0.dev1+g1234abcd9", contains=True) == []
+    [v] = judged("0.0.0.dev1+g1234abcd9", contains=False)
+    assert v.severity == "deny" and v.detail["checkable"] is True
+
+
+def test_a_fork_without_a_commit_in_its_version_is_judged_by_its_version() -> None:
+    [v] = judged(R39, contains=True)  # 0.26.1rc0+glm53.r39...: no +g<sha>, no question asked
+    assert v.severity == "deny" and "ancestry" not in v.detail
+
+
+def test_the_rule_asks_one_question_per_build_and_fix() -> None:
+    desired = glm(engine_version=MAIN_BUILD, ep=4)
+    assert fix_questions(desired, with_fix().known_issues) == [FixQuestion(UPSTREAM, FIX, "1234abcd9")]
+    assert fix_questions(glm(engine_version=R39), with_fix().known_issues) == []
+
+
+def test_a_fix_commit_needs_its_repository_and_a_full_sha() -> None:
+    files = repo_files(folders=("policies",))
+    text = files["policies/known-issues.yaml"].decode()
+    entry = "    ref: vllm-project/vllm#59042\n"
+    assert entry in text
+    for extra, field, message in (
+        (f"    fixed_in_commit: {FIX}\n", "issues[0]", "fixed_in_commit needs repo"),
+        ("    fixed_in_commit: 4f0c1e2\n    repo: vllm-project/vllm\n", "issues[0].fixed_in_commit", "4f0c1e2"),
+    ):
+        broken = {**files, "policies/known-issues.yaml": text.replace(entry, entry + extra, 1).encode()}
+        with pytest.raises(InputError) as caught:
+            load_policies(broken)
+        assert (caught.value.file, caught.value.field) == ("policies/known-issues.yaml", field)
+        assert caught.value.line is not None and message in str(caught.value)

@@ -11,6 +11,12 @@ must be caught by '<0.32.0'. A version that does not parse, or the 0.0.0
 that setuptools-scm writes for a build from a checkout without tags
 (sglang 0.0.0.dev1+gda64c5cbb), cannot be placed in a range: when the rest
 of an entry matches, the lane gets a warning that it could not be checked.
+
+A build from a git head (`+g<sha>` in its version) against an entry that
+names its `fixed_in_commit` is judged by ancestry instead (see
+`issue_judgement`): the version range alone would flag a main build that
+already has the fix, and wave through a dev build of the fixed release that
+does not.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from reconciler.errors import InputError
+from reconciler.policy.ancestry import build_commit
 from reconciler.policy.config import RuleSettings
 from reconciler.policy.context import Context
+from reconciler.policy.rules.issue_judgement import judge
 from reconciler.spec.lane import Lane
 from reconciler.spec.model import ModelSpec
 from reconciler.spec.policyfiles import IssueCondition, KnownIssue
@@ -87,41 +95,11 @@ def check_known_issues(ctx: Context, rule: RuleSettings) -> None:
             continue
         model = ctx.desired.models.get(lane.model)
         version = parse_version(lane.engine_version)
+        build = build_commit(lane.engine_version)
         for index in indexes:
             issue = issues[index]
             if not _conditions_hold(issue.when, lane, model):
                 continue
-            detail = {
-                "issue": issue.id,
-                "ref": issue.ref,
-                "engine_version": lane.engine_version,
-                "versions": issue.versions,
-            }
-            if version is None:
-                ctx.report(
-                    rule,
-                    severity="warn",
-                    lane=lane,
-                    message=(
-                        f"engine_version '{lane.engine_version}' cannot be placed in a version range, so "
-                        "known issue "
-                        f"{issue.id} ({lane.engine} {issue.versions}: {issue.summary}; {issue.ref}) cannot "
-                        "be ruled "
-                        "out; write the engine's real version"
-                    ),
-                    detail={**detail, "checkable": False},
-                )
-                continue
-            if not specs[index].contains(version, prereleases=True):
-                continue
-            ctx.report(
-                rule,
-                severity=issue.severity,
-                lane=lane,
-                message=(
-                    f"{lane.engine} {lane.engine_version} is affected by {issue.id}: {issue.summary} "
-                    f"({issue.ref}); "
-                    f"{issue.action}"
-                ),
-                detail={**detail, "checkable": True},
-            )
+            found = judge(issue, specs[index], lane, version, build, ctx.fix_ancestry)
+            if found is not None:
+                ctx.report(rule, severity=found.severity, lane=lane, message=found.message, detail=found.detail)
