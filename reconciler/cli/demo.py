@@ -62,7 +62,9 @@ def registry_for(loaded: LoadedCommit, standin_env: Mapping[str, str] | None = N
     registry = SimRegistry()
     for lane in loaded.desired.lanes.values():
         if registry.resolve(lane.image) is None:
-            registry.add(lane.image, env={**STANDIN_ENV, **(standin_env or {})})
+            # The image carries its engine release, so the stand-in judges flags as that release would.
+            env = {**STANDIN_ENV, "STANDIN_VERSION": lane.engine_version, **(standin_env or {})}
+            registry.add(lane.image, env=env)
     return registry
 
 

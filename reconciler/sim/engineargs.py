@@ -6,6 +6,11 @@ simulated runtime both need the port and the served model name out of it
 without understanding every engine, so the scan is tolerant: known flags are
 picked up wherever they are, anything else is ignored. Stdlib only (the
 stand-in imports this and must start fast).
+
+Before it scans, the stand-in lets the engine's own parser judge the command
+line (`engine_refusal`): with the flag table of the image's engine release
+(STANDIN_VERSION), an unknown flag or a bad choice ends it the way argparse
+ends the engine, usage and `error:` on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from dataclasses import dataclass
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_MODEL_LEN = 8192
+DEFAULT_VERSION = "0.0.0+standin"
+"""What the stand-in reports when its image names no engine release; no flag table is looked up for it."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,33 @@ def scan_engine_argv(argv: Sequence[str]) -> EngineArgs:
     )
 
 
+def engine_refusal(argv: Sequence[str], version: str) -> tuple[int, str] | None:
+    """(exit status, stderr) when the engine of this release would refuse its command line, else None.
+
+    The engine and where its own arguments start are read from the command (`vllm serve ...`, also
+    after the Ray head's shell prelude; `python3 -m sglang.launch_server ...`); a Ray worker's
+    `ray start` runs no engine parser. The judgement is `lanes check`'s own (reconciler.engines.flags,
+    imported only here, so a stand-in without an engine release starts as fast as before), and only a
+    table made for this build or release judges: a nearest release's table is a guess. Where lanes'
+    packages are absent (the rig's image holds only the stand-in's modules), nothing is judged.
+    """
+    if not version or version == DEFAULT_VERSION:
+        return None
+    try:
+        from reconciler.engines import flags
+    except ImportError:
+        return None
+    found = flags.detect(argv)
+    if found is None:
+        return None
+    engine, _, args = found
+    match = flags.table_for(engine, version)
+    if match is None or not match.exact:
+        return None
+    error = flags.check_argv(match.table, args)
+    return None if error is None else (error.status, error.stderr())
+
+
 def parse_int(raw: str | None, default: int) -> int:
     try:
         return int(raw) if raw is not None else default
@@ -89,7 +123,7 @@ class Behaviour:
     crash_after_s: float | None = None  # STANDIN_CRASH_AFTER_S
     wrong_model: bool = False  # STANDIN_WRONG_MODEL=1
     slowdown: float = 1.0  # STANDIN_SLOWDOWN
-    version: str = "0.0.0+standin"  # STANDIN_VERSION
+    version: str = DEFAULT_VERSION  # STANDIN_VERSION: the engine release the image carries
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Behaviour:
@@ -103,5 +137,5 @@ class Behaviour:
             crash_after_s=crash if crash >= 0 else None,
             wrong_model=env.get("STANDIN_WRONG_MODEL") == "1",
             slowdown=max(_float_env(env, "STANDIN_SLOWDOWN", 1.0), 1e-3),
-            version=env.get("STANDIN_VERSION") or "0.0.0+standin",
+            version=env.get("STANDIN_VERSION") or DEFAULT_VERSION,
         )

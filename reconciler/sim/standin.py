@@ -6,6 +6,11 @@ SGLang. Head ranks serve HTTP (see `standin_http`); `--worker` ranks of
 multi-node lanes only stay alive, as Ray or `--headless` workers do. SIGTERM
 exits 0 promptly; the lifecycle lines printed here are what `docker logs`
 shows. Stdlib only, so a container "starts" in a fraction of a second.
+
+Every rank first has its command line judged as its engine release would
+(`engineargs.engine_refusal`): a flag the engine does not have ends the rank
+at once with argparse's usage and error on stderr and exit status 2, on
+workers as on the head, as the engine's own parser would end it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from reconciler.sim.engineargs import Behaviour, scan_engine_argv
+from reconciler.sim.engineargs import Behaviour, engine_refusal, scan_engine_argv
 from reconciler.sim.standin_http import Engine, StandinServer
 
 
@@ -80,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             break
     started = time.monotonic()
     behaviour = Behaviour.from_env(dict(os.environ))
+    refused = engine_refusal(rest, behaviour.version)
+    if refused is not None:
+        status, text = refused
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return status
     args = scan_engine_argv(rest)
     signal.signal(signal.SIGTERM, _on_sigterm)
     if behaviour.crash_after_s is not None:
