@@ -14,6 +14,7 @@ class below sits where its consequence is::
     │   ├── RemoteCommandError      a host command exited non-zero (a `docker run` refused, ...)
     │   ├── HostKeyError            the host's key is not the pinned one
     │   ├── DigestMismatchError     the pulled image is not the pinned digest
+    │   ├── ImageLacksLauncherError the image has not what the lane launches (`ray`, `vllm`, sglang)
     │   └── NotReadyError           the engine did not pass its readiness gate, every host answering
     ├── InputError ............ a person's file or flag is wrong (file, line, field): the lane is denied
     └── StepFailedError ....... a lane transaction's step failed; wraps one of the above and says
@@ -124,6 +125,10 @@ class GpuBusyError(TransientError):
 
 class DigestMismatchError(PermanentError):
     """The image a host pulled does not carry the pinned digest."""
+
+
+class ImageLacksLauncherError(PermanentError):
+    """The pulled image lacks an executable or module the lane's ranks run."""
 
 
 class NotReadyError(PermanentError):

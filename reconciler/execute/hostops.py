@@ -14,10 +14,12 @@ import contextlib
 import json
 from collections.abc import Awaitable, Mapping, Sequence
 
+from reconciler.engines.launcher import describe_missing
 from reconciler.errors import (
     DigestMismatchError,
     GpuBusyError,
     HostUnreachableError,
+    ImageLacksLauncherError,
     LanesError,
     PermanentError,
     RemoteCommandError,
@@ -26,6 +28,7 @@ from reconciler.errors import (
 from reconciler.facts import docker
 from reconciler.facts.commands import dropcaches_argv, envfile_argv, gpufree_argv, lease_argv
 from reconciler.facts.container import ContainerSpec
+from reconciler.facts.imagecheck import LAUNCHER_MISSING_EXIT, launcher_check_argv, missing_from
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.facts.parse import parse_lease_output
 from reconciler.transport.base import CommandResult, HostTarget, Transport
@@ -138,6 +141,16 @@ class HostOps:
 
     async def drop_caches(self, host: str) -> None:
         await self.run(host, dropcaches_argv(), check=False)
+
+    async def check_launcher(self, host: str, image: str, needs: Sequence[str]) -> None:
+        """Run the image once with no network: ImageLacksLauncherError when it lacks what the lane launches."""
+        result = await self._call(host, launcher_check_argv(image, needs), timeout=self.timeout, check=False)
+        if result.exit_status == 0:
+            return
+        missing = missing_from(result.stdout)
+        if result.exit_status == LAUNCHER_MISSING_EXIT and missing:
+            raise ImageLacksLauncherError(f"{host}: {image}: {describe_missing(missing)}")
+        raise RemoteCommandError(host, launcher_check_argv(image, needs)[:8], result.exit_status, result.stderr)
 
     async def wait_gpu_free(self, host: str, timeout_s: float) -> float:
         """Seconds waited until the host's GPU was free (0 with no GPU); GpuBusyError naming the holders."""

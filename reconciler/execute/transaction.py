@@ -184,6 +184,9 @@ class LaneTransaction:
                 # A pull the host or registry refused is a fault of the moment (registry down, link cut);
                 # an image that is not the pinned digest (DigestMismatchError) is not.
                 raise PullFailedError(exc) from exc
+            if step.needs:
+                # Before anything stops: an image without its launcher is refused here, not in the gate.
+                await self.s.ops.check_launcher(host, image, step.needs)
 
         errors = await gather_hosts([one(h, image) for h, image in step.pulls])
         if errors:

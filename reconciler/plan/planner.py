@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from reconciler.engines import ContainerSpec, start_groups
+from reconciler.engines.launcher import launcher_needs
 from reconciler.facts.labels import LABEL_PORT
 from reconciler.facts.observed import ObservedContainer, ObservedFleet
 from reconciler.plan.hostchecks import host_problems
@@ -155,7 +156,7 @@ def _plan_lane(
     cause = _cause(current, drift)
     reason = _reason(cause, drift)
     steps_list: list[Step] = [AcquireLeases(involved)]
-    steps_list.append(PullImages(tuple((host, spec.image) for host, spec in specs)))
+    steps_list.append(PullImages(tuple((host, spec.image) for host, spec in specs), needs=launcher_needs(lane)))
     env_files = tuple(
         (host, spec.env_file, tuple((s.env, s.name) for s in lane.secrets))
         for host, spec in specs

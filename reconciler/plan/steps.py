@@ -94,10 +94,13 @@ class AcquireLeases:
 class PullImages:
     pulls: tuple[tuple[str, str], ...]  # (host, image)
     kind: str = "pull"
+    needs: tuple[str, ...] = ()
+    """What the image must hold to launch the lane, checked after each pull (`engines.launcher`)."""
 
     def describe(self) -> str:
         images = sorted({image for _, image in self.pulls})
-        return f"pull {', '.join(images)} on {len(self.pulls)} host(s)"
+        checked = f", checked for {', '.join(self.needs)}" if self.needs else ""
+        return f"pull {', '.join(images)} on {len(self.pulls)} host(s){checked}"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from reconciler.facts.imagecheck import LAUNCHER_MARKER, LAUNCHER_MISSING_EXIT, LAUNCHER_SCRIPT
 from reconciler.sim import dockercli as cli
 from reconciler.sim.containers import SimContainer, now_rfc3339
 from reconciler.sim.dockercli import CliError
@@ -28,6 +29,7 @@ from reconciler.sim.registry import ImageRef, SimImage, SimRegistry, registry_pa
 from reconciler.sim.sharedclient import SharedStandinClient, SharedStandinError
 
 Result = tuple[int, str, str]
+LAUNCHER_CHECK = ["-c", LAUNCHER_SCRIPT, LAUNCHER_MARKER]
 
 
 class SimDockerDaemon:
@@ -166,9 +168,11 @@ class SimDockerDaemon:
         opts = cli.parse_options(args, cli.RUN_VALUE_OPTIONS, cli.RUN_FLAGS, "run", cli.RUN_ALIASES)
         if not opts.positionals:
             raise CliError("\"docker run\" requires at least 1 argument.\nSee 'docker run --help'.", 125)
-        if "--detach" not in opts.flags:
-            raise CliError("sim: only detached runs (docker run -d) are supported", 125)
         image_ref, cmd = opts.positionals[0], opts.positionals[1:]
+        if "--detach" not in opts.flags:
+            if "--rm" in opts.flags and opts.last("--entrypoint") == "sh" and cmd[:3] == LAUNCHER_CHECK:
+                return self._launcher_check(image_ref, cmd[3:])
+            raise CliError("sim: only detached runs (docker run -d) and lanes' launcher check are supported", 125)
         name = opts.last("--name") or "sim_" + secrets.token_hex(4)
         cli.check_name(name)
         if name in self.containers:
@@ -224,6 +228,16 @@ class SimDockerDaemon:
             return 125, cid + "\n", stderr + f"docker: Error response from daemon: {container.error}\n"
         self.spawned.append(container)
         return 0, cid + "\n", stderr
+
+    def _launcher_check(self, image_ref: str, names: list[str]) -> Result:
+        """What `facts/imagecheck.py`'s script prints in an image that lacks `SimImage.lacks`."""
+        image = self.local_image(image_ref)
+        if image is None:
+            raise CliError(f"Unable to find image '{image_ref}' locally", 125)
+        missing = [name for name in names if name in image.lacks]
+        if missing:
+            return LAUNCHER_MISSING_EXIT, "missing: " + " ".join(missing) + "\n", ""
+        return 0, "", ""
 
     def _host_config(self, opts: cli.Options) -> dict[str, Any]:
         # Typed as docker prints them: sizes in bytes, null for a list no flag filled (Go's nil slice).

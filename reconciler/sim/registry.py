@@ -108,6 +108,8 @@ class SimImage:
     repo: str
     digest: str  # the manifest digest a lane pins (repo@sha256:...)
     env: Mapping[str, str] = field(default_factory=dict)
+    lacks: frozenset[str] = frozenset()
+    """Launchers the image does not hold (`vllm`, `ray`, `py:sglang`): every engine image has them all else."""
 
     @property
     def image_id(self) -> str:
@@ -130,7 +132,14 @@ class SimRegistry:
         self._images: dict[tuple[str, str], SimImage] = {}
         self._tags: dict[tuple[str, str], str] = {}
 
-    def add(self, ref: str, env: Mapping[str, str] | None = None, *, digest: str | None = None) -> SimImage:
+    def add(
+        self,
+        ref: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        digest: str | None = None,
+        lacks: frozenset[str] = frozenset(),
+    ) -> SimImage:
         """Make `ref` pullable; a tag without a digest gets a stable made-up one."""
         parsed = ImageRef.parse(ref)
         chosen = parsed.digest or digest
@@ -138,7 +147,7 @@ class SimRegistry:
             chosen = "sha256:" + hashlib.sha256(str(parsed).encode()).hexdigest()
         if not _DIGEST.match(chosen):
             raise ValueError(f"not a sha256 digest: {chosen!r}")
-        image = SimImage(repo=parsed.repo, digest=chosen, env=dict(env or {}))
+        image = SimImage(repo=parsed.repo, digest=chosen, env=dict(env or {}), lacks=lacks)
         self._images[(parsed.repo, chosen)] = image
         if parsed.tag:
             self._tags[(parsed.repo, parsed.tag)] = chosen
