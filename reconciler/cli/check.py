@@ -10,7 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, gib, handle_errors, load_commit
+from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.policy import Verdict, evaluate
+from reconciler.upstream.ancestry import fix_ancestry
 
 
 @handle_errors
@@ -23,7 +25,9 @@ def check(
 ) -> None:
     """Check a commit against the policies: exit 0 fine, 1 a deny, 2 bad input."""
     loaded = load_commit(repo, rev, state_dir, policies_dir)
-    verdict = evaluate(loaded.desired, loaded.policies)
+    # Whether a git build holds a known issue's fix, from the mirrors `lanes upstream` keeps (none: not checked).
+    answers = fix_ancestry(loaded.desired, loaded.policies.known_issues, UPSTREAM_DATA)
+    verdict = evaluate(loaded.desired, loaded.policies, fix_ancestry=answers)
     if as_json:
         print(json.dumps(verdict.to_json(), indent=2, sort_keys=False))
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, fail, handle_errors, load_commit
 from reconciler.cli.daemonview import ask_daemon, needs_attention, trouble_lines
+from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings
 from reconciler.execute.secrets import SecretStore
@@ -21,6 +23,7 @@ from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
 from reconciler.store.status import drift_text, status_rows
 from reconciler.transport.ssh import SSHTransport
+from reconciler.upstream.ancestry import fix_ancestry
 
 RepoOpt = Annotated[str, typer.Option("--repo", help="path of the state repository")]
 RevOpt = Annotated[str, typer.Option("--rev", help="commit, branch or tag to reconcile toward")]
@@ -117,7 +120,10 @@ def make_runner(
         fail(f"known_hosts file {known_hosts} not found: pin every host key first (no trust on first use)")
     store = Store(db)
     transport = SSHTransport(known_hosts, [key])
-    return CycleRunner(transport, store, SecretStore(secrets_dir), settings or CycleSettings()), store, transport
+    # The git-head mirrors `lanes upstream` keeps answer whether a build holds a known issue's fix.
+    ancestry = partial(fix_ancestry, data_dir=UPSTREAM_DATA)
+    runner = CycleRunner(transport, store, SecretStore(secrets_dir), settings or CycleSettings(), ancestry)
+    return runner, store, transport
 
 
 def progress_printer(console: Console) -> Any:

@@ -21,6 +21,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from reconciler.source.watch import watch_refs
 from reconciler.store.journal import Store
 from reconciler.store.status import status_rows
 from reconciler.transport.ssh import SSHTransport
+from reconciler.upstream.ancestry import fix_ancestry
 
 log = structlog.get_logger("lanes.daemon")
 JOB_TIMEOUT_S = 600.0
@@ -88,8 +90,13 @@ class Daemon:
             max_concurrency=cfg.ssh.concurrency,
             connect_timeout=cfg.ssh.connect_timeout_s,
         )
+        upstream_data = Path(cfg.repo.mirror_dir).parent / "upstream"  # where the upstream job keeps its mirrors
         self.runner = CycleRunner(
-            self.transport, self.store, SecretStore(cfg.daemon.secrets_dir), cfg.cycle_settings()
+            self.transport,
+            self.store,
+            SecretStore(cfg.daemon.secrets_dir),
+            cfg.cycle_settings(),
+            ancestry=partial(fix_ancestry, data_dir=upstream_data),
         )
         # libgit2 cannot push to a local repository with a work tree; the git command can (notes only).
         local_worktree = cfg.repo.is_local and (Path(cfg.repo.url) / ".git").exists()

@@ -7,7 +7,7 @@ what a person sees with `lanes plan` is what the daemon would do.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from reconciler.execute.apply import Executor, ExecutorConfig, LaneResult, ProgressFn
@@ -18,8 +18,10 @@ from reconciler.facts.observed import ObservedFleet
 from reconciler.observe.probe import lease_file, observe
 from reconciler.plan import Plan, PlanOptions, plan_fleet
 from reconciler.policy import Verdict, evaluate
+from reconciler.policy.ancestry import FixAncestry
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
+from reconciler.spec.policyfiles import KnownIssuesFile
 from reconciler.store.journal import Store
 from reconciler.transport.base import HostTarget, Transport
 
@@ -31,6 +33,9 @@ class HostOverride:
     address: str
     port: int
     user: str | None = None
+
+
+AncestryFn = Callable[[DesiredState, KnownIssuesFile], FixAncestry]
 
 
 @dataclass(frozen=True)
@@ -73,17 +78,27 @@ def targets_for(desired: DesiredState, overrides: Mapping[str, HostOverride]) ->
 
 
 class CycleRunner:
-    def __init__(self, transport: Transport, store: Store, secrets: SecretStore, settings: CycleSettings) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        store: Store,
+        secrets: SecretStore,
+        settings: CycleSettings,
+        ancestry: AncestryFn | None = None,
+    ) -> None:
         self.transport = transport
         self.store = store
         self.secrets = secrets
         self.settings = settings
+        self.ancestry = ancestry
+        """Answers known issues' fix-commit questions from the git-head mirrors (`upstream.ancestry`)."""
 
     async def observe_and_plan(
         self, loaded: LoadedCommit, only_lanes: frozenset[str] | None = None, *, wait_backoff: bool = True
     ) -> tuple[Verdict, ObservedFleet, Plan, dict[str, HostTarget]]:
         desired = loaded.desired
-        verdict = evaluate(desired, loaded.policies)
+        answers = self.ancestry(desired, loaded.policies.known_issues) if self.ancestry else None
+        verdict = evaluate(desired, loaded.policies, fix_ancestry=answers)
         targets = targets_for(desired, self.settings.overrides)
         observed = await observe(
             desired,
