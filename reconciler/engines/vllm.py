@@ -28,6 +28,8 @@ its own argv item.
 
 from __future__ import annotations
 
+import re
+
 from reconciler.engines.base import BIND_ALL, RankContext, all_at_once, seal
 from reconciler.engines.flags import kv_spelling
 from reconciler.errors import InputError
@@ -69,6 +71,19 @@ RAY_HEAD_ARGV0 = "lanes-ray-head"
 # vllm/config/cache.py CacheDType has the rest of the vocabulary as written; which of it a release
 # takes is in its flag table (nvfp4_ds_mla is in 0.32.0, not in 0.26.0).
 _KV_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+_RAY_JOINED = re.compile(r"lanes: (\d+) of (\d+) Ray nodes joined after ([0-9.]+) s")
+
+
+def is_ray_head(spec: ContainerSpec) -> bool:
+    return spec.entrypoint == "/bin/sh" and spec.command[2:3] == (RAY_HEAD_ARGV0,)
+
+
+def ray_join_seconds(log_text: str) -> float | None:
+    """How long the head waited for its workers' Ray nodes, from the line RAY_NODES_ALIVE prints."""
+    found = _RAY_JOINED.findall(log_text)
+    return float(found[-1][2]) if found else None
 
 
 def uses_ray(lane: Lane) -> bool:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 
 from reconciler.engines import ContainerSpec
+from reconciler.engines.vllm import is_ray_head, ray_join_seconds
 from reconciler.errors import HostFaultError, LanesError, NotReadyError, StepFailedError
 from reconciler.execute.hostops import HostOps
 from reconciler.execute.readiness import GateResult, wait_ready
@@ -80,6 +81,11 @@ async def gate(
     if gone:
         message = f"the head became ready but not every rank runs: {'; '.join(gone)}"
         raise _gate_failed(message, unreachable)
+    if ranks and is_ray_head(ranks[0][1]):
+        # The head of a Ray lane waited for every node before `vllm serve`; its log says how long.
+        joined = ray_join_seconds(await ops.logs(ranks[0][0], ranks[0][1].name, tail=200))
+        if joined is not None:
+            timings["ray_join"] = joined
 
 
 async def ranks_gone(
