@@ -17,7 +17,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,8 @@ class SimDockerDaemon:
         self.gpu_release_s = 0.0
         """How long an ended container's GPU context stays held; a test sets it to show the wait before a start."""
         self.gpu_held_until = 0.0
-        self.devices: set[str] = {"/dev/infiniband"}
-        """Device paths `docker run --device` finds on this host: a Spark's RoCE devices, unless a test removes them."""
+        self.device_paths: Callable[[], Collection[str]] = lambda: {"/dev/infiniband"}
+        """Device paths `docker run --device` finds on this host (the runtime hands over its host facts')."""
         self._commands: dict[str, Callable[[list[str]], Awaitable[Result]]] = {
             "pull": self.pull,
             "image pull": self.pull,
@@ -253,7 +253,7 @@ class SimDockerDaemon:
         devices = []
         for device in opts.all("--device"):
             path = device.split(":")[0]
-            if path not in self.devices:
+            if path not in self.device_paths():
                 raise CliError(
                     "docker: Error response from daemon: error gathering device information while adding custom "
                     f'device "{path}": no such file or directory.\nSee \'docker run --help\'.',

@@ -227,6 +227,11 @@ class SimSparkInfo:
             "disks": disks,
         }
 
+    def device_paths(self) -> set[str]:
+        """The device paths `docker run --device` finds here: /dev/infiniband and what is in it, if anything."""
+        devices = self._dev_infiniband()
+        return {"/dev/infiniband", *(f"/dev/infiniband/{d}" for d in devices)} if devices else set()
+
     def _dev_infiniband(self) -> list[str]:
         if self.dev_infiniband is not None:
             return sorted(self.dev_infiniband)
