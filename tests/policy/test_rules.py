@@ -77,12 +77,15 @@ def test_different_ports_pass() -> None:
     assert run(two_lanes(port_b=8001), "port-clash") == []
 
 
-def two_multi_node_heads(port_a: int, port_b: int, **b_fields: object) -> DesiredState:
+def two_multi_node_heads(
+    port_a: int, port_b: int, a_fields: dict[str, object] | None = None, **b_fields: object
+) -> DesiredState:
     return state(
         [host("h0"), host("h1")],
         [model("m")],
         [
-            lane("a", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-a", port=port_a),
+            lane("a", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-a", port=port_a,
+                 **(a_fields or {})),
             lane("b", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-b", port=port_b,
                  **b_fields),
         ],
@@ -105,28 +108,10 @@ def test_a_lane_whose_api_port_is_anothers_distributed_port_is_denied_naming_bot
 
 
 def test_ray_lanes_on_one_host_pin_every_ray_port_apart() -> None:
-    desired = state(
-        [host("h0"), host("h1")],
-        [model("m")],
-        [
-            lane("a", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-a", port=8000,
-                 engine="vllm", launcher="ray"),
-            lane("b", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-b", port=8200,
-                 engine="vllm", launcher="ray"),
-        ],
-    )  # fmt: skip
+    ray = {"engine": "vllm", "launcher": "ray"}
     # a: Ray 29000-29007, its workers 29100-29199; b: Ray 29200-29207, workers 29300-29399.
-    assert run(desired, "port-clash") == []
-    closer = state(
-        [host("h0"), host("h1")],
-        [model("m")],
-        [
-            lane("a", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-a", port=8000,
-                 engine="vllm", launcher="ray"),
-            lane("b", "m", ["h0", "h1"], gpu_memory_utilization=0.4, served_model_name="served-b", port=8100,
-                 engine="vllm", launcher="ray"),
-        ],
-    )  # fmt: skip
+    assert run(two_multi_node_heads(8000, 8200, a_fields=ray, **ray), "port-clash") == []
+    closer = two_multi_node_heads(8000, 8100, a_fields=ray, **ray)
     assert {v.lane for v in run(closer, "port-clash")} == {"a", "b"}  # b's Ray head sits in a's worker range
 
 
