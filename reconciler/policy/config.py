@@ -52,6 +52,7 @@ RULE_PARAMS: dict[str, dict[str, ParamSpec]] = {
     "port-clash": {},
     "name-clash": {},
     "known-issues": {},
+    "engine-flags": {},
     "secrets-by-name": {
         "key_words": ParamSpec("str_list"),
         "value_patterns": ParamSpec("str_list"),

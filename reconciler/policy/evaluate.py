@@ -18,6 +18,8 @@ from reconciler.policy.budget import BudgetParams, LaneBudget, lane_budget
 from reconciler.policy.config import RULE_PARAMS, RuleSettings, Settings, parse_rules
 from reconciler.policy.context import Context
 from reconciler.policy.hardware import capacities
+from reconciler.policy.rules.flags import RULE as FLAGS_RULE
+from reconciler.policy.rules.flags import check_engine_flags
 from reconciler.policy.rules.known_issues import check_known_issues
 from reconciler.policy.rules.memory import check_boot_utilization, check_memory_budget
 from reconciler.policy.rules.pins import check_image_digest, check_model_revision
@@ -43,11 +45,15 @@ RULES: dict[str, Rule] = {
     "known-issues": check_known_issues,
     "secrets-by-name": check_secrets,
 }
-"""Rules other than memory-budget (which also needs the budgets), in the order they run."""
+"""Rules other than memory-budget (which also needs the budgets) and engine-flags (which reads the rendered
+specs), in the order they run."""
 
-assert set(RULES) | {"memory-budget"} == set(RULE_PARAMS)
+assert set(RULES) | {"memory-budget", FLAGS_RULE} == set(RULE_PARAMS)
 
-RULE_ORDER = {name: index for index, name in enumerate([RENDER_RULE, "memory-budget", *RULES, "policy-config"])}
+RULE_ORDER = {
+    name: index
+    for index, name in enumerate([RENDER_RULE, FLAGS_RULE, "memory-budget", *RULES, "policy-config"])
+}
 
 
 def _plans(ctx: Context, settings: Settings) -> dict[str, LaneBudget]:
@@ -100,6 +106,9 @@ def evaluate(desired: DesiredState, policies: PolicySet, *, fix_ancestry: FixAnc
         )
     rendered, render_findings = render_lanes(desired)
     ctx.violations.extend(render_findings)
+    flags = settings.get(FLAGS_RULE)
+    if flags is not None:
+        check_engine_flags(ctx, flags, rendered)  # the render rule's specs: never rendered twice
     memory = settings.get("memory-budget")
     if memory is not None:
         check_memory_budget(ctx, memory, plans)

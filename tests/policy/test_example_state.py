@@ -92,7 +92,10 @@ def test_minimax_passes_when_it_replaces_production(desired: DesiredState) -> No
     swapped = switch(desired, **{MINIMAX: "running", PRODUCTION: "stopped"})
     verdict = evaluate(swapped, repo_policies())
     assert verdict.ok
-    assert verdict.lane_violations(MINIMAX) == []
+    # FLARE publishes no parser to build a flag table from: its flags are not checked, and it says so.
+    assert [(v.rule, v.severity, v.detail["field"]) for v in verdict.lane_violations(MINIMAX)] == [
+        ("engine-flags", "warn", "engine_version")
+    ]
     assert all(b.running and b.headroom > 10 * GIB for b in verdict.lane_budgets(MINIMAX))
 
 

@@ -1,0 +1,119 @@
+"""`engine-flags`: a rank's command line that its engine release would refuse denies its lane, by file and field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reconciler.engines import ContainerSpec, RankContext, registry
+from reconciler.policy import evaluate
+from reconciler.policy.verdict import Verdict, Violation
+from reconciler.spec.load import DesiredState
+from tests.policy.builders import with_rule
+from tests.support.example import EUGR, GLM, MINIMAX, PRODUCTION, example_policies, example_state, with_lane
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _flags(verdict: Verdict, lane: str | None = None) -> list[Violation]:
+    """The rule's findings (of one lane): the example's FLARE lane always has its no-table warning."""
+    return [v for v in verdict.violations if v.rule == "engine-flags" and (lane is None or v.lane == lane)]
+
+
+def _with_args(lane: str, *extra: str, **changes: Any) -> DesiredState:
+    state = example_state()
+    return with_lane(state, lane, args=[*state.lanes[lane].args, *extra], **changes)
+
+
+def test_the_example_fleet_passes_and_only_flare_is_unchecked() -> None:
+    verdict = evaluate(example_state(), example_policies())
+    (only,) = _flags(verdict)
+    assert (only.lane, only.severity, only.detail["field"]) == (MINIMAX, "warn", "engine_version")
+    assert "no flag table for flare 0.0.0+g4e2a91c" in only.message
+
+
+def test_a_misspelled_flag_in_args_denies_the_lane_naming_file_field_and_argparses_words() -> None:
+    verdict = evaluate(_with_args(EUGR, "--kv-cache-dtpye", "fp8"), example_policies())
+    (found,) = _flags(verdict, EUGR)
+    assert (found.lane, found.severity, found.rank, found.host) == (EUGR, "deny", 0, "dgx5")
+    assert found.message == (
+        "state/lanes/eugr-nightly-dsv41-3x.yaml: args: vllm 0.32.0 would refuse rank 0's command line: "
+        "vllm: error: unrecognized arguments: --kv-cache-dtpye fp8"
+    )
+    assert found.detail["file"] == "state/lanes/eugr-nightly-dsv41-3x.yaml"
+    assert (found.detail["field"], found.detail["flag"], found.detail["table"]) == (
+        "args",
+        "--kv-cache-dtpye",
+        "vllm-0.32.0",
+    )
+    assert verdict.denied_lanes == {EUGR}
+
+
+def test_a_choice_the_release_lacks_is_denied_with_its_choices() -> None:
+    verdict = evaluate(_with_args(PRODUCTION, "--tool-call-parser", "deepseekv41"), example_policies())
+    (found,) = _flags(verdict, PRODUCTION)
+    assert found.severity == "deny" and found.detail["field"] == "args"
+    assert "sglang 0.5.19 would refuse rank 0's command line: sglang serve: error: argument --tool-call-parser: " in (
+        found.message
+    )
+    assert "invalid choice: 'deepseekv41' (choose from 'auto', 'apertus2509'," in found.message
+
+
+def test_a_prefix_of_a_real_flag_is_what_the_engine_reads_it_as() -> None:
+    # SGLang's parser allows abbreviations: `--kv-cache-dtyp` is --kv-cache-dtype to it, so no finding;
+    # vLLM has --kv-cache-dtype-skip-layers too, so the same prefix is ambiguous there and refused.
+    assert _flags(evaluate(_with_args(PRODUCTION, "--kv-cache-dtyp", "fp8_e4m3"), example_policies()), PRODUCTION) == []
+    (found,) = _flags(evaluate(_with_args(EUGR, "--kv-cache-dtyp", "fp8"), example_policies()), EUGR)
+    assert found.message.endswith(
+        "ambiguous option: --kv-cache-dtyp could match --kv-cache-dtype, --kv-cache-dtype-skip-layers"
+    )
+
+
+def test_a_fault_in_what_lanes_rendered_names_the_field_it_came_from() -> None:
+    # A served name that starts with '-' reads as an option to argparse: the engine would refuse it.
+    verdict = evaluate(with_lane(example_state(), EUGR, served_model_name="-fast"), example_policies())
+    (found,) = _flags(verdict, EUGR)
+    assert found.detail["field"] == "served_model_name"
+    assert found.message.endswith("argument --served-model-name: expected at least one argument")
+
+
+def test_a_stopped_lane_is_warned_and_ray_workers_are_not_judged() -> None:
+    verdict = evaluate(_with_args(GLM, "--no-such-flag"), example_policies())
+    (found,) = _flags(verdict, GLM)
+    assert (found.lane, found.severity, found.rank) == (GLM, "warn", 0)  # only the Ray head runs `vllm serve`
+    assert found.message.startswith("lane is stopped, would be denied when started: state/lanes/glm53")
+    assert found.detail["would_deny"] is True
+
+
+def test_without_a_table_of_its_own_a_refusal_is_a_warning() -> None:
+    # 0.32.3 has no table: the nearest release of its series (0.32.0) judges, and only warns.
+    verdict = evaluate(_with_args(EUGR, "--no-such-flag", engine_version="0.32.3"), example_policies())
+    (found,) = _flags(verdict, EUGR)
+    assert found.severity == "warn"
+    assert "(the table of the nearest release 0.32.0; it may lack flags)" in found.message
+    # A release of another series has none at all: the lane is warned that nothing was checked.
+    (unchecked,) = _flags(
+        evaluate(_with_args(EUGR, "--no-such-flag", engine_version="0.40.0"), example_policies()), EUGR
+    )
+    assert (unchecked.severity, unchecked.detail["field"]) == ("warn", "engine_version")
+
+
+def test_switched_off_it_says_nothing() -> None:
+    policies = with_rule(example_policies(), "engine-flags", enabled=False)
+    assert _flags(evaluate(_with_args(EUGR, "--no-such-flag"), policies)) == []  # the FLARE warning too
+
+
+def test_the_rule_reads_the_render_rules_specs_and_renders_nothing_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = registry.render_rank
+
+    def counting(ctx: RankContext) -> ContainerSpec:
+        calls.append(ctx.lane.name)
+        return real(ctx)
+
+    monkeypatch.setattr(registry, "render_rank", counting)
+    state = _with_args(EUGR, "--no-such-flag")
+    verdict = evaluate(state, example_policies())
+    assert [v.severity for v in _flags(verdict, EUGR)] == ["deny"]
+    assert len(calls) == sum(lane.ranks for lane in state.lanes.values())  # each rank once, by `render`
