@@ -1,0 +1,96 @@
+"""A misspelled engine flag in the demo: refused as the engine would refuse it, before and on the Sparks.
+
+`--kv-cache-dtpye` (not `--kv-cache-dtyp`: argparse takes a unique prefix as the flag it abbreviates,
+and vLLM, having --kv-cache-dtype-skip-layers too, calls that one ambiguous). With the engine-flags rule
+on, `lanes demo` denies the lane with vLLM's own words before anything runs; with the rule switched off,
+the simulated rank exits 2 with argparse's usage and error, as vLLM 0.32 would, and the lane fails its
+readiness gate with that output kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from reconciler.sim.containers import SimContainer
+from reconciler.source.loadcommit import LoadedCommit
+from tests.policy.builders import with_rule
+from tests.support.example import EUGR, PRODUCTION, example_policies, repo_files, with_lane
+from tests.support.gitrepo import make_repo
+from tests.support.world import World, sim_world
+
+MISSPELLED = ["--kv-cache-dtpye", "fp8"]
+VLLM_SAYS = "vllm: error: unrecognized arguments: --kv-cache-dtpye fp8"
+_salt = itertools.count(1)
+
+
+def _repo_with_misspelled_flag(path: Path) -> Path:
+    files = repo_files()
+    lane = f"state/lanes/{EUGR}.yaml"
+    files[lane] = files[lane].replace(
+        b"args: [--trust-remote-code]", b"args: [--trust-remote-code, --kv-cache-dtpye, fp8]"
+    )
+    assert b"--kv-cache-dtpye" in files[lane]
+    make_repo(path, files)
+    return path
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.slow
+def test_lanes_demo_denies_the_lane_with_the_engines_own_words(tmp_path: Path) -> None:
+    repo = _repo_with_misspelled_flag(tmp_path / "state")
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler.cli.main", "demo", "--once", "--json", "--repo", str(repo)],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lanes = {row["name"]: row for row in json.loads(proc.stdout)["lanes"]}
+    assert lanes[EUGR]["health"] == "denied"
+    assert "state/lanes/eugr-nightly-dsv41-3x.yaml: args: vllm 0.32.0 would refuse" in lanes[EUGR]["last_error"]
+    assert VLLM_SAYS in lanes[EUGR]["last_error"]
+    assert lanes[PRODUCTION]["health"] == "healthy"  # the other lanes converge regardless
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    base = f"127.{200 + os.getpid() % 40}.{next(_salt) % 250}."
+    async with sim_world(tmp_path, base_address=base) as w:
+        yield w
+
+
+@pytest.mark.timeout(60)
+async def test_with_the_rule_off_the_rank_exits_as_vllm_would_and_the_lane_fails_its_gate(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exited: dict[str, int] = {}
+    mark = SimContainer.mark_exited
+
+    def recording(container: SimContainer, code: int) -> None:
+        exited.setdefault(container.name, code)  # the failed ranks are removed afterwards; keep their codes
+        mark(container, code)
+
+    monkeypatch.setattr(SimContainer, "mark_exited", recording)
+    lane = world.state.lanes[EUGR]
+    state = with_lane(world.state, EUGR, args=[*lane.args, *MISSPELLED])
+    policies = with_rule(example_policies(), "engine-flags", enabled=False)
+    result = await world.runner.run_cycle(LoadedCommit(state.commit, state, policies))
+    assert not [v for v in result.verdict.violations if v.rule == "engine-flags" and v.lane == EUGR]
+    res = {r.lane: r for r in result.results}[EUGR]
+    assert res.result == "failed", res.error
+    assert "readiness gate failed at stage 'port': a rank exited" in (res.error or "")
+    assert sorted(res.logs) == [f"lanes-{EUGR}-r{i}@dgx{i + 5}" for i in range(3)]
+    for log in res.logs.values():  # every rank: vLLM's parser runs on headless ranks too
+        assert log.startswith("usage: vllm [-h] [-v]")
+        assert log.rstrip("\n").endswith(VLLM_SAYS)
+    assert exited == {f"lanes-{EUGR}-r{i}": 2 for i in range(3)}  # argparse's exit status
+    assert {r.lane: r.result for r in result.results}[PRODUCTION] == "applied"
