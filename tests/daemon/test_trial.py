@@ -55,7 +55,10 @@ async def test_a_candidate_is_tried_on_spare_hosts_and_compared_in_the_pull_requ
         files = fast_files(**lanes)
         files["state/upstreams.yaml"] = local_upstreams(github.url, reg.host, "/nonexistent/v.git", "/nonexistent/f")
         for i, host in enumerate(SPARE):
-            files[f"state/hosts/{host}.yaml"] = f"address: 10.20.0.{21 + i}\n".encode()
+            files[f"state/hosts/{host}.yaml"] = (
+                f"address: 10.20.0.{21 + i}\n"
+                f"data_plane: [{{interface: enp1s0f0np0, address: 192.168.100.{21 + i}/24, hca: rocep1s0f0}}]\n"
+            ).encode()
         forge_repo = StateRepo(tmp_path / "forge.git", bare=True)
         forge_repo.commit(files, "fleet with spare Sparks")
         mirror = Mirror(str(forge_repo.path), tmp_path / "mirror")
