@@ -18,6 +18,12 @@ builds the table stands for, with the rule that chose it:
 - a build with no release number (0.0.0.dev1+gda64c5cbb, a branch built
   without tags) stands for the newest final release uploaded on or before the
   date it was built: `--built VERSION=DATE`, else the lane's image_built.
+
+A release cannot know a branch's own flags (the production lane's DeepSeek
+V4.1 branch adds `--tool-call-parser deepseekv41`, which no release has):
+`--wheel VERSION=PATH` reads a wheel (or any zip of the package's source,
+e.g. the image's /sgl-workspace/sglang/python zipped) for that build instead,
+and the table is the build's own.
 """
 
 from __future__ import annotations
@@ -183,12 +189,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="the build date of an engine_version without a release number")  # fmt: skip
     parser.add_argument("--built-source", action="append", default=[], metavar="VERSION=TEXT",
                         help="where that build date comes from (kept in the table)")  # fmt: skip
+    parser.add_argument("--wheel", action="append", default=[], metavar="VERSION=PATH",
+                        help="read this wheel or source zip for that build instead of a release's")  # fmt: skip
     args = parser.parse_args(argv)
     built = dict(item.split("=", 1) for item in args.built)
     sources = dict(item.split("=", 1) for item in args.built_source)
+    own = {version: Path(path) for version, path in (item.split("=", 1) for item in args.wheel)}
     grouped: dict[tuple[str, str], list[dict[str, str]]] = {}
     published_by: dict[str, dict[str, str]] = {}
+    args.out.mkdir(parents=True, exist_ok=True)
     for build in pinned_builds(args.lanes):
+        if build.engine_version in own:
+            path = own[build.engine_version]
+            rule = f"the build's own source, read from {path.name}"
+            entry = {"engine_version": build.engine_version, "lane": build.lane, "rule": rule}
+            write(args.out, table(build.engine, build.engine_version, Wheel(path), "", [entry]))
+            continue
         published = published_by.setdefault(build.engine, releases(PACKAGES[build.engine]))
         day = built.get(build.engine_version, build.built)
         choice = choose(build, published, day)
@@ -199,16 +215,19 @@ def main(argv: list[str] | None = None) -> int:
         rows = grouped.setdefault((build.engine, choice.release), [])
         if not any(r["engine_version"] == build.engine_version for r in rows):
             rows.append(entry)
-    args.out.mkdir(parents=True, exist_ok=True)
     for (engine, release), builds in sorted(grouped.items()):
         wheel = Wheel(download(PACKAGES[engine], release, args.cache))
-        doc = table(engine, release, wheel, published_by[engine][release], builds)
-        path = args.out / f"{engine}-{release}.json"
-        path.write_text(dumps(doc))
-        print(f"{path.relative_to(ROOT)}: {len(doc['flags'])} flags from {wheel.filename}, {len(doc['notes'])} notes")
-        for note in doc["notes"]:
-            print(f"  note: {note}")
+        write(args.out, table(engine, release, wheel, published_by[engine][release], builds))
     return 0
+
+
+def write(out: Path, doc: dict[str, Any]) -> Path:
+    path = out / f"{doc['engine']}-{doc['version']}.json"
+    path.write_text(dumps(doc))
+    print(f"{path}: {len(doc['flags'])} flags from {doc['source']['wheel']}, {len(doc['notes'])} notes")
+    for note in doc["notes"]:
+        print(f"  note: {note}")
+    return path
 
 
 if __name__ == "__main__":
