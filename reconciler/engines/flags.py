@@ -299,12 +299,11 @@ def check_argv(table: FlagTable, argv: Sequence[str]) -> ArgvError | None:
     """argparse's verdict on an engine's own arguments (what follows `serve`/`-m sglang.launch_server`)."""
     words, origin = list(argv), list(range(len(argv)))
     parser = _parser(table)
-    usage = table.usage or parser.format_usage().removeprefix("usage: ").strip()
     if table.preprocess == "vllm-flexible":
         try:
             words, origin = flexible_argv(list(argv))
         except ValueError as exc:  # vLLM raises it before argparse runs: a traceback, exit 1
-            return ArgvError(str(exc), table.prog, usage, None, None, status=1)
+            return ArgvError(str(exc), table.prog, _usage(table), None, None, status=1)
     try:
         _, extras = parser.parse_known_args(words)
     except _Refusal as refusal:
@@ -312,15 +311,21 @@ def check_argv(table: FlagTable, argv: Sequence[str]) -> ArgvError | None:
             return None
         index = _fault(parser, words, refusal.message)
         at = origin[index] if index is not None else None
-        return ArgvError(refusal.message, table.prog, usage, argv[at] if at is not None else None, at)
+        return ArgvError(refusal.message, table.prog, _usage(table), argv[at] if at is not None else None, at)
     if not extras:
         return None
     message = "unrecognized arguments: " + " ".join(extras)
     index = next((i for i, w in enumerate(words) if w == extras[0]), None)
     at = origin[index] if index is not None else None
     return ArgvError(
-        message, table.error_prog, table.error_usage or usage, argv[at] if at is not None else extras[0], at
+        message, table.error_prog, table.error_usage or _usage(table), argv[at] if at is not None else extras[0], at
     )
+
+
+@functools.cache
+def _usage(table: FlagTable) -> str:
+    """The usage line argparse prints (written out only when there is an error to print it with)."""
+    return table.usage or _parser(table).format_usage().removeprefix("usage: ").strip()
 
 
 def _fault(parser: argparse.ArgumentParser, words: list[str], message: str) -> int | None:
