@@ -152,6 +152,7 @@ def table(engine: str, release: str, wheel: Wheel, uploaded: str, builds: list[d
             "prog": read.prog,
             "usage": read.usage,
             "allow_abbrev": read.allow_abbrev,
+            "add_help": read.add_help,
             "error_prog": read.error_prog,
             "error_usage": read.error_usage,
             "preprocess": read.preprocess,

@@ -10,15 +10,7 @@ by argparse itself, with argparse's words: `unrecognized arguments: --foo`,
 `argument --tp-size: invalid int value: 'four'`, `expected one argument`.
 (The engines run Python 3.12, lanes 3.11: argparse's sentences are the same.)
 
-Which table judges a lane's `engine_version` (`table_for`):
-
-1. a table that lists the build among the builds it was made for (the script
-   chose the release for it and wrote down why): `how="build"`;
-2. else the table of that very release: `how="release"`;
-3. else the newest table of the same major.minor series at or below the
-   build's public version: `how="nearest"`. Such a table may lack flags the
-   build has, so what it refuses is a warning, never a denial;
-4. else none: the lane's flags are not checked (`lanes check` warns).
+Which table judges a lane's build is `flagtable.table_for`'s rule.
 
 Value types: `str`, `int`, `float` and `json` are argparse's own; vLLM's
 `optional:T` ('' and 'None' are None) and `parsed:T` wrappers are redone as
@@ -36,130 +28,39 @@ import json
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
+from reconciler.engines.flagtable import (
+    BASE_TYPES,
+    ENGINES_WITH_TABLES,
+    Choice,
+    Flag,
+    FlagTable,
+    TableMatch,
+    checked_type,
+    load_table,
+    table_for,
+    tables,
+)
 from reconciler.engines.vllmargv import flexible_argv
 from reconciler.errors import InputError
 from reconciler.spec import Lane
 
-TABLES_PACKAGE = "reconciler.engines.flagtables"
-ENGINES_WITH_TABLES = ("sglang", "vllm")
-Choice = str | int | float | bool | None
-
-
-@dataclass(frozen=True)
-class Flag:
-    flags: tuple[str, ...]
-    nargs: int | str | None
-    type: str = "str"
-    choices: tuple[Choice, ...] | None = None
-    required: bool = False
-    refused: str | None = None
-
-
-@dataclass(frozen=True)
-class FlagTable:
-    engine: str
-    version: str
-    builds: tuple[str, ...]
-    wheel: str
-    sha256: str
-    prog: str
-    usage: str | None
-    allow_abbrev: bool
-    error_prog: str
-    error_usage: str | None
-    preprocess: str | None
-    positionals: tuple[tuple[str, int | str | None], ...]
-    flags: tuple[Flag, ...]
-
-    def flag(self, option: str) -> Flag | None:
-        return next((f for f in self.flags if option in f.flags), None)
-
-    def choices(self, option: str) -> tuple[Choice, ...] | None:
-        """The choices argparse enforces for a flag (None: any value, or no such flag)."""
-        found = self.flag(option)
-        return found.choices if found is not None and _checked(found.type) else None
-
-
-@dataclass(frozen=True)
-class TableMatch:
-    table: FlagTable
-    how: Literal["build", "release", "nearest"]
-
-    @property
-    def exact(self) -> bool:
-        return self.how != "nearest"
-
-
-def load_table(doc: dict[str, Any]) -> FlagTable:
-    """A table from its JSON document."""
-    parser = doc["parser"]
-    return FlagTable(
-        engine=doc["engine"],
-        version=doc["version"],
-        builds=tuple(b["engine_version"] for b in doc.get("builds", [])),
-        wheel=doc["source"]["wheel"],
-        sha256=doc["source"]["sha256"],
-        prog=parser["prog"],
-        usage=parser["usage"],
-        allow_abbrev=parser["allow_abbrev"],
-        error_prog=parser["error_prog"],
-        error_usage=parser["error_usage"],
-        preprocess=parser["preprocess"],
-        positionals=tuple((p["name"], p["nargs"]) for p in doc.get("positionals", [])),
-        flags=tuple(
-            Flag(
-                flags=tuple(f["flags"]),
-                nargs=f["nargs"],
-                type=f.get("type", "str"),
-                choices=tuple(f["choices"]) if "choices" in f else None,
-                required=f.get("required", False),
-                refused=f.get("refused"),
-            )
-            for f in doc["flags"]
-        ),
-    )
-
-
-@functools.cache
-def tables() -> tuple[FlagTable, ...]:
-    """Every table shipped in the package (read once per process)."""
-    found = [
-        load_table(json.loads(entry.read_text(encoding="utf-8")))
-        for entry in resources.files(TABLES_PACKAGE).iterdir()
-        if entry.name.endswith(".json")
-    ]
-    return tuple(sorted(found, key=lambda t: (t.engine, Version(t.version))))
-
-
-def _version(text: str) -> Version | None:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
-
-
-def table_for(engine: str, engine_version: str, available: Sequence[FlagTable] | None = None) -> TableMatch | None:
-    """The table that judges a lane's flags, by the rule in the module's docstring."""
-    candidates = [t for t in (tables() if available is None else available) if t.engine == engine]
-    for table in candidates:
-        if engine_version in table.builds:
-            return TableMatch(table, "build")
-    wanted = _version(engine_version)
-    if wanted is None or not any(wanted.release):
-        return None
-    for table in candidates:
-        if Version(table.version) == wanted:
-            return TableMatch(table, "release")
-    public = Version(wanted.public)
-    series = [
-        t for t in candidates if Version(t.version).release[:2] == wanted.release[:2] and Version(t.version) <= public
-    ]
-    return TableMatch(max(series, key=lambda t: Version(t.version)), "nearest") if series else None
+__all__ = [
+    "ENGINES_WITH_TABLES",
+    "ArgvError",
+    "Choice",
+    "Flag",
+    "FlagTable",
+    "TableMatch",
+    "check_argv",
+    "detect",
+    "engine_argv",
+    "kv_spelling",
+    "load_table",
+    "table_for",
+    "tables",
+]
 
 
 def kv_spelling(lane: Lane, engine: str, spellings: Mapping[str, tuple[str, ...]]) -> str:
@@ -221,7 +122,10 @@ class _Parser(argparse.ArgumentParser):
         raise _Refusal(message)
 
     def exit(self, status: int = 0, message: str | None = None) -> Any:
-        raise _Refusal("")  # --help or --version: the engine prints and exits, no flag error
+        raise _Refusal("")  # --help: the engine prints its help and exits 0, no flag error
+
+    def print_help(self, file: Any = None) -> None:
+        return None  # judged, not run: nothing is printed
 
 
 def _refusing(message: str) -> type[argparse.Action]:
@@ -256,6 +160,7 @@ def _parsed(inner: Callable[[str], object]) -> Callable[[str], object]:
 
 
 _BASE: dict[str, Callable[[str], object]] = {"str": str, "int": int, "float": float, "json": json.loads}
+assert set(_BASE) == BASE_TYPES
 
 
 def _converter(tag: str) -> Callable[[str], object]:
@@ -269,15 +174,9 @@ def _converter(tag: str) -> Callable[[str], object]:
     return str
 
 
-def _checked(tag: str) -> bool:
-    """Whether a value type is redone here (else values and choices are taken as they come)."""
-    kind, _, inner = tag.partition(":")
-    return tag in _BASE or (kind in ("optional", "parsed") and _checked(inner))
-
-
 @functools.cache
 def _parser(table: FlagTable) -> _Parser:
-    parser = _Parser(prog=table.prog, usage=table.usage, allow_abbrev=table.allow_abbrev, add_help=False)
+    parser = _Parser(prog=table.prog, usage=table.usage, allow_abbrev=table.allow_abbrev, add_help=table.add_help)
     for name, nargs in table.positionals:
         parser.add_argument(name, nargs=nargs)
     for flag in table.flags:
@@ -287,7 +186,7 @@ def _parser(table: FlagTable) -> _Parser:
         elif flag.nargs == 0:
             kwargs.update(action="store_const", const=True)
         else:
-            checked = _checked(flag.type)
+            checked = checked_type(flag.type)
             kwargs.update(nargs=flag.nargs, type=_converter(flag.type) if checked else str)
             if checked and flag.choices is not None:
                 kwargs["choices"] = list(flag.choices)

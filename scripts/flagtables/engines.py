@@ -40,6 +40,7 @@ class Extracted:
     prog: str
     usage: str | None
     allow_abbrev: bool
+    add_help: bool
     error_prog: str
     """The parser that reports unrecognized arguments (vLLM's top parser; SGLang's only one)."""
     error_usage: str | None
@@ -83,11 +84,13 @@ def read_sglang(wheel: Wheel) -> Extracted:
     # Without prog=, argparse names the program after sys.argv[0]: launch_server.py under `python3 -m`.
     prog = str(keywords.get("prog", "launch_server.py"))
     allow_abbrev = bool(keywords.get("allow_abbrev", True))
+    add_help = bool(keywords.get("add_help", True))
     usage = keywords.get("usage")
     return Extracted(
         prog=prog,
         usage=str(usage) if usage is not None else None,
         allow_abbrev=allow_abbrev,
+        add_help=add_help,
         error_prog=prog,
         error_usage=str(usage) if usage is not None else None,
         preprocess=None,
@@ -117,6 +120,7 @@ def read_vllm(wheel: Wheel) -> Extracted:
         prog=f"vllm {name}",
         usage=str(usage) if isinstance(usage, str) else None,
         allow_abbrev=bool(parser_kwargs.get("allow_abbrev", True)),
+        add_help=bool(parser_kwargs.get("add_help", True)),
         error_prog="vllm",
         error_usage=top.format_usage().removeprefix("usage: ").strip(),
         preprocess="vllm-flexible",

@@ -137,7 +137,7 @@ def test_stderr_is_usage_then_prog_error(table: FlagTable) -> None:
     error = check_argv(table, ["--model-path", "/m", "--bogus"])
     assert error is not None
     lines = error.stderr().splitlines()
-    assert lines[0].startswith("usage: sglang serve --model-path MODEL_PATH")
+    assert lines[0].startswith("usage: sglang serve [-h] --model-path MODEL_PATH")
     assert lines[-1] == "sglang serve: error: unrecognized arguments: --bogus"
 
 
@@ -284,3 +284,12 @@ def test_kv_spelling_takes_the_first_spelling_the_release_accepts() -> None:
     with pytest.raises(InputError) as unknown:
         flags.kv_spelling(_lane("sglang", "0.9.0", "fp16"), "SGLang", spellings)
     assert unknown.value.field == "kv_cache_dtype"
+
+
+def test_help_is_no_flag_error_and_prints_nothing(table: FlagTable, capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse's own -h/--help, which both engines keep: the engine prints its help and exits 0.
+    assert check_argv(table, ["--model-path", "/m", "--help"]) is None
+    assert capsys.readouterr() == ("", "")
+    bare = load_table(_doc(add_help=False))
+    error = check_argv(bare, ["--model-path", "/m", "-h"])
+    assert error is not None and error.message == "unrecognized arguments: -h"

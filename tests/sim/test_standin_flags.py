@@ -50,7 +50,7 @@ def test_a_bad_sglang_choice_ends_a_worker_rank_too() -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert done.stderr.startswith("usage: sglang serve --model-path MODEL_PATH")
+    assert done.stderr.startswith("usage: sglang serve [-h] --model-path MODEL_PATH")
     assert (
         "sglang serve: error: argument --kv-cache-dtype: invalid choice: 'fp4_e3m2' (choose from 'auto'" in done.stderr
     )

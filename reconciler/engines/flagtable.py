@@ -1,0 +1,157 @@
+"""Flag tables: what one engine release's parser accepts, read from the JSON the package ships.
+
+`reconciler/engines/flagtables/<engine>-<version>.json` are written by
+`scripts/flag_tables.py` from the engines' published wheels; each names the
+wheel and its sha256 and the builds it was made for. `engines.flags` judges
+command lines with them.
+
+Which table judges a lane's `engine_version` (`table_for`):
+
+1. a table that lists the build among the builds it was made for (the script
+   chose the release for it and wrote down why): `how="build"`;
+2. else the table of that very release: `how="release"`;
+3. else the newest table of the same major.minor series at or below the
+   build's public version: `how="nearest"`. Such a table may lack flags the
+   build has, so what it refuses is a warning, never a denial;
+4. else none: the lane's flags are not checked (`lanes check` warns).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+from packaging.version import InvalidVersion, Version
+
+TABLES_PACKAGE = "reconciler.engines.flagtables"
+ENGINES_WITH_TABLES = ("sglang", "vllm")
+Choice = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Flag:
+    flags: tuple[str, ...]
+    nargs: int | str | None
+    type: str = "str"
+    choices: tuple[Choice, ...] | None = None
+    required: bool = False
+    refused: str | None = None
+
+
+@dataclass(frozen=True)
+class FlagTable:
+    engine: str
+    version: str
+    builds: tuple[str, ...]
+    wheel: str
+    sha256: str
+    prog: str
+    usage: str | None
+    allow_abbrev: bool
+    error_prog: str
+    error_usage: str | None
+    preprocess: str | None
+    positionals: tuple[tuple[str, int | str | None], ...]
+    flags: tuple[Flag, ...]
+    add_help: bool = True
+    """argparse's own -h/--help (both engines keep it): the engine prints its help and exits 0."""
+
+    def flag(self, option: str) -> Flag | None:
+        return next((f for f in self.flags if option in f.flags), None)
+
+    def choices(self, option: str) -> tuple[Choice, ...] | None:
+        """The choices argparse enforces for a flag (None: any value, or no such flag)."""
+        found = self.flag(option)
+        return found.choices if found is not None and checked_type(found.type) else None
+
+
+@dataclass(frozen=True)
+class TableMatch:
+    table: FlagTable
+    how: Literal["build", "release", "nearest"]
+
+    @property
+    def exact(self) -> bool:
+        return self.how != "nearest"
+
+
+def load_table(doc: dict[str, Any]) -> FlagTable:
+    """A table from its JSON document."""
+    parser = doc["parser"]
+    return FlagTable(
+        engine=doc["engine"],
+        version=doc["version"],
+        builds=tuple(b["engine_version"] for b in doc.get("builds", [])),
+        wheel=doc["source"]["wheel"],
+        sha256=doc["source"]["sha256"],
+        prog=parser["prog"],
+        usage=parser["usage"],
+        allow_abbrev=parser["allow_abbrev"],
+        error_prog=parser["error_prog"],
+        error_usage=parser["error_usage"],
+        preprocess=parser["preprocess"],
+        add_help=parser.get("add_help", True),
+        positionals=tuple((p["name"], p["nargs"]) for p in doc.get("positionals", [])),
+        flags=tuple(
+            Flag(
+                flags=tuple(f["flags"]),
+                nargs=f["nargs"],
+                type=f.get("type", "str"),
+                choices=tuple(f["choices"]) if "choices" in f else None,
+                required=f.get("required", False),
+                refused=f.get("refused"),
+            )
+            for f in doc["flags"]
+        ),
+    )
+
+
+@functools.cache
+def tables() -> tuple[FlagTable, ...]:
+    """Every table shipped in the package (read once per process)."""
+    found = [
+        load_table(json.loads(entry.read_text(encoding="utf-8")))
+        for entry in resources.files(TABLES_PACKAGE).iterdir()
+        if entry.name.endswith(".json")
+    ]
+    return tuple(sorted(found, key=lambda t: (t.engine, Version(t.version))))
+
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def table_for(engine: str, engine_version: str, available: Sequence[FlagTable] | None = None) -> TableMatch | None:
+    """The table that judges a lane's flags, by the rule in the module's docstring."""
+    candidates = [t for t in (tables() if available is None else available) if t.engine == engine]
+    for table in candidates:
+        if engine_version in table.builds:
+            return TableMatch(table, "build")
+    wanted = _version(engine_version)
+    if wanted is None or not any(wanted.release):
+        return None
+    for table in candidates:
+        if Version(table.version) == wanted:
+            return TableMatch(table, "release")
+    public = Version(wanted.public)
+    series = [
+        t for t in candidates if Version(t.version).release[:2] == wanted.release[:2] and Version(t.version) <= public
+    ]
+    return TableMatch(max(series, key=lambda t: Version(t.version)), "nearest") if series else None
+
+
+BASE_TYPES = frozenset({"str", "int", "float", "json"})
+"""Value types argparse converts itself (`engines.flags` redoes them); `optional:`/`parsed:` wrap them."""
+
+
+def checked_type(tag: str) -> bool:
+    """Whether a value type is redone by `engines.flags` (else values and choices are taken as they come)."""
+    kind, _, inner = tag.partition(":")
+    return tag in BASE_TYPES or (kind in ("optional", "parsed") and checked_type(inner))
