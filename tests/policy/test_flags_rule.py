@@ -31,6 +31,7 @@ def test_the_example_fleet_passes_and_only_flare_is_unchecked() -> None:
     (only,) = _flags(verdict)
     assert (only.lane, only.severity, only.detail["field"]) == (MINIMAX, "warn", "engine_version")
     assert "no flag table for flare 0.0.0+g4e2a91c" in only.message
+    assert "flare publishes no Python package with its argument parser" in only.message
 
 
 def test_a_misspelled_flag_in_args_denies_the_lane_naming_file_field_and_argparses_words() -> None:

@@ -95,13 +95,18 @@ def check_engine_flags(ctx: Context, rule: RuleSettings, rendered: Rendered) -> 
         path = desired.lane_file(name)
         match = table_for(lane.engine, lane.engine_version)
         if match is None:
+            why = (
+                "scripts/flag_tables.py writes one from the release's wheel"
+                if lane.engine in ENGINES_WITH_TABLES
+                else f"{lane.engine} publishes no Python package with its argument parser to write one from"
+            )
             ctx.report(
                 rule,
                 severity="warn",
                 lane=lane,
                 message=(
                     f"{path}: engine_version: no flag table for {lane.engine} {lane.engine_version}, so its flags "
-                    "are not checked against the engine (scripts/flag_tables.py writes one from the release's wheel)"
+                    f"are not checked against the engine ({why})"
                 ),
                 detail={"file": path, "field": "engine_version"},
             )
