@@ -73,7 +73,10 @@ def generate(n_hosts: int, n_lanes: int) -> dict[str, bytes]:
     budgets that fit together)."""
     files: dict[str, bytes] = {"state/fleet.yaml": b"ssh_user: root\n"}
     for i in range(n_hosts):
-        files[f"state/hosts/s{i:04d}.yaml"] = f"address: 10.{i // 250}.{i % 250}.1\nhardware: gb10\n".encode()
+        files[f"state/hosts/s{i:04d}.yaml"] = (
+            f"address: 10.{i // 250}.{i % 250}.1\nhardware: gb10\n"
+            f"data_plane: [{{interface: enp1s0f0np0, address: 10.{128 + i // 250}.{i % 250}.1/9}}]\n"
+        ).encode()
     for name in ("deepseek-v4.1-flash-1017", "glm-5.3-mxfp4", "minimax-m3.1-flash"):
         files[f"state/models/{name}.yaml"] = (REPO / "state" / "models" / f"{name}.yaml").read_bytes()
     for name, text in MODELS.items():

@@ -95,7 +95,10 @@ def build_repo(path: Path, hosts: int) -> Path:
     files |= {f"policies/{p.name}": p.read_bytes() for p in sorted((REPO / "policies").glob("*.yaml"))}
     names = [f"sim-{i:04d}" for i in range(hosts)]
     for i, name in enumerate(names):  # addresses that route nowhere: the daemon config overrides each one
-        files[f"state/hosts/{name}.yaml"] = f"address: 198.18.{i // 250}.{i % 250 + 1}\n".encode()
+        files[f"state/hosts/{name}.yaml"] = (
+            f"address: 198.18.{i // 250}.{i % 250 + 1}\n"  # one switch for the data plane: a /9 holds them all
+            f"data_plane: [{{interface: enp1s0f0np0, address: 10.{128 + i // 250}.{i % 250}.1/9, hca: rocep1s0f0}}]\n"
+        ).encode()
     for g in range(hosts // 4):
         files[f"state/lanes/sim-minimax-{g:04d}.yaml"] = (
             f"engine: vllm\nengine_version: 0.32.1.dev0+g8244d1c44\nimage: {image}\n"

@@ -57,11 +57,14 @@ class SimContainerRuntime:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.facts = SimHostFacts(memory_per_container=memory_per_container, clock=clock)
         self.daemon = SimDockerDaemon(address, images, self.work_dir, self._read_envfile, shared)
-        self.daemon.device_paths = lambda: self.facts.info.device_paths()  # the devices the probe reports
+        self.daemon.device_paths = self._device_paths  # docker finds the devices the probe reports
         self.ports = ports or ListeningTable()  # the fleet's shared table, or one read afresh on every probe
         self.docker_available = True  # False: a host where `docker` is not installed
         self.latency: dict[str, float] = {}
         """Seconds to wait before answering, by fact marker (`lanes-lease`) or `docker <verb>`."""
+
+    def _device_paths(self) -> set[str]:
+        return self.facts.info.device_paths()  # looked up each time: a test may swap the host's facts
 
     # -- what tests set up and look at --------------------------------------
 

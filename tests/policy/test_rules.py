@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -78,7 +79,7 @@ def test_different_ports_pass() -> None:
 
 
 def two_multi_node_heads(
-    port_a: int, port_b: int, a_fields: dict[str, object] | None = None, **b_fields: object
+    port_a: int, port_b: int, a_fields: Mapping[str, object] | None = None, **b_fields: object
 ) -> DesiredState:
     return state(
         [host("h0"), host("h1")],
