@@ -220,7 +220,8 @@ class World(StoreView):
                 _inner: Callable[..., Any] = inner,
                 _facts: Any = runtime.facts,
             ) -> Any:
-                if argv[:1] == ["docker"] and len(argv) > 1 and argv[1] in MUTATING:
+                # A `docker run --rm` is the one-off launcher check on a pulled image, not a rank.
+                if argv[:1] == ["docker"] and len(argv) > 1 and argv[1] in MUTATING and "--rm" not in argv:
                     now = time.time()
                     live = [lease["owner"] for lease in _facts.leases.values() if float(lease.get("expires", 0)) > now]
                     target = _container_name(argv)
