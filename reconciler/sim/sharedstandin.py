@@ -38,7 +38,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from reconciler.sim.engineargs import Behaviour, scan_engine_argv
+from reconciler.sim.engineargs import Behaviour, engine_refusal, scan_engine_argv
 from reconciler.sim.standin_http import Engine, StandinServer
 
 
@@ -174,13 +174,22 @@ class SharedStandin:
         container = _Container(cid, Path(msg["log"]))
         self._live[cid] = container
         behaviour = Behaviour.from_env({str(k): str(v) for k, v in dict(msg.get("env") or {}).items()})
-        args = scan_engine_argv([str(a) for a in msg.get("argv") or []])
+        argv = [str(a) for a in msg.get("argv") or []]
+        refused = engine_refusal(argv, behaviour.version)
+        if refused is not None:
+            # As the engine's argparse: usage and error on stderr, exit 2, on a worker rank too (standin.py).
+            status, text = refused
+            for line in text.splitlines():
+                container.log(line)
+            self._exited(container, status)
+            return
+        args = scan_engine_argv(argv)
         if behaviour.crash_after_s is not None:
             self._at(started + behaviour.crash_after_s, container, lambda: self._crash(container, behaviour))
         if msg.get("worker"):
             container.log(f"worker rank of {args.served_name} started; no HTTP")
             return
-        engine = Engine(args, behaviour, started)
+        engine = Engine(args, behaviour, started, argv)  # the argv's flags set its decoding (speculation)
         bind = str(msg.get("bind") or args.host)
         if behaviour.port_delay_s > 0:
             self._at(started + behaviour.port_delay_s, container, lambda: self._listen(container, bind, engine))

@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         time.sleep(behaviour.port_delay_s)
         host = bind or args.host
         try:
-            server = StandinServer((host, args.port), Engine(args, behaviour, started))
+            server = StandinServer((host, args.port), Engine(args, behaviour, started, rest))
         except OSError as exc:
             log(f"cannot listen on {host}:{args.port}: {exc}")
             return 1

@@ -293,3 +293,20 @@ def test_fleet_process_counts_commands_and_ends_everything_it_started(tmp_path: 
     finally:
         fleet.close(timeout=30)
     assert all(process_gone(pid) for pid in pids)
+
+
+async def test_the_shared_standin_refuses_a_misspelled_flag_as_the_engine_would(
+    shared_fleet: SimFleet, registry: SimRegistry, port: int
+) -> None:
+    # A release the flag tables know (the eugr lane's vLLM build), as `lanes demo` tags its images.
+    versioned = registry.add("registry.lan:5000/vllm:eugr", env={"STANDIN_VERSION": "0.32.1.dev0+g8244d1c44"})
+    rt = shared_fleet.runtime("a")
+    status, _, _ = await rt.execute([*_run(versioned.pinned, "bad-r0", port), *_serve(port), "--kv-cache-dtpye", "x"])
+    assert status == 0  # docker started the container; the engine inside refused its command line
+    for _ in range(100):
+        if (await _state(shared_fleet, "a", "bad-r0")).startswith("Exited (2)"):
+            break
+        await asyncio.sleep(0.05)
+    assert (await _state(shared_fleet, "a", "bad-r0")).startswith("Exited (2)")
+    _, logs, _ = await rt.execute(["docker", "logs", "bad-r0"])
+    assert "error: unrecognized arguments: --kv-cache-dtpye x" in logs
