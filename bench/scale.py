@@ -130,6 +130,7 @@ def fleet_spec(loaded: LoadedCommit, work_dir: Path, base: str) -> dict[str, Any
         "shared_standin": True,
         "images": images,
         "models": models,
+        "data_plane": {n: [(p.interface, p.address, p.hca) for p in h.data_plane] for n, h in desired.hosts.items()},
     }
 
 

@@ -6,7 +6,8 @@ the measuring process, so that its waits never stall an SSH server. The
 spec (JSON) says what to stand up:
 
   {"hosts": [NAME, ...], "base_address": "127.x.", "work_dir": PATH, "shared_standin": true,
-   "images": {REF: {ENV: VALUE}}, "models": {HOST: [[PATH, BYTES], ...]}}
+   "images": {REF: {ENV: VALUE}}, "models": {HOST: [[PATH, BYTES], ...]},
+   "data_plane": {HOST: [[INTERFACE, ADDRESS/PREFIX, HCA or null], ...]}}
 
 The process prints one line when every host answers SSH: {"port", "known_hosts",
 "client_key", "addresses", "standin_pid", "pid"}. Then, for each line "counts" on
@@ -54,6 +55,9 @@ async def serve(spec: dict[str, Any]) -> None:
         for host, paths in spec.get("models", {}).items():
             for path, size in paths:
                 fleet.runtime(host).add_model_path(path, int(size))
+        for host, ports in spec.get("data_plane", {}).items():
+            # (interface, address, hca) as the host file says, so the hosts' facts agree with the state.
+            fleet.runtime(host).facts.info.set_data_plane([(str(i), str(a), h) for i, a, h in ports])
         ready = {
             "port": fleet.port,
             "known_hosts": str(fleet.known_hosts_path),
