@@ -15,6 +15,7 @@ class below sits where its consequence is::
     │   ├── HostKeyError            the host's key is not the pinned one
     │   ├── DigestMismatchError     the pulled image is not the pinned digest
     │   ├── ImageLacksLauncherError the image has not what the lane launches (`ray`, `vllm`, sglang)
+    │   ├── ImageNeedsNewerDriverError the image's CUDA is newer than a rank host's driver supports
     │   └── NotReadyError           the engine did not pass its readiness gate, every host answering
     ├── InputError ............ a person's file or flag is wrong (file, line, field): the lane is denied
     └── StepFailedError ....... a lane transaction's step failed; wraps one of the above and says
@@ -129,6 +130,10 @@ class DigestMismatchError(PermanentError):
 
 class ImageLacksLauncherError(PermanentError):
     """The pulled image lacks an executable or module the lane's ranks run."""
+
+
+class ImageNeedsNewerDriverError(PermanentError):
+    """The pulled image requires a CUDA the host's driver does not support (NVIDIA_REQUIRE_CUDA)."""
 
 
 class NotReadyError(PermanentError):

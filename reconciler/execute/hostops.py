@@ -115,17 +115,20 @@ class HostOps:
                 host, lease_argv("release", lease_file, owner, 0), timeout=min(self.timeout, 10.0), check=False
             )
 
-    async def pull(self, host: str, image: str) -> None:
+    async def pull(self, host: str, image: str) -> tuple[str, ...]:
+        """Pull, verify the pinned digest; the pulled image's environment (empty for an unpinned image)."""
         await self.run(host, docker.pull_argv(image), timeout=self.pull_timeout)
         digest = docker.pinned_digest(image)
-        if digest is not None:
-            out = await self.run(host, docker.image_inspect_argv(image))
-            try:
-                images = docker.parse_image_inspect(out)
-            except docker.DockerOutputError:
-                raise DigestMismatchError(f"{host}: cannot read the digest of {image} after pulling it") from None
-            if not docker.has_digest(images, digest):
-                raise DigestMismatchError(f"{host}: pulled {image} but its digests are {docker.repo_digests(images)}")
+        if digest is None:
+            return ()
+        out = await self.run(host, docker.image_inspect_argv(image))
+        try:
+            images = docker.parse_image_inspect(out)
+        except docker.DockerOutputError:
+            raise DigestMismatchError(f"{host}: cannot read the digest of {image} after pulling it") from None
+        if not docker.has_digest(images, digest):
+            raise DigestMismatchError(f"{host}: pulled {image} but its digests are {docker.repo_digests(images)}")
+        return images[0].env if images else ()
 
     async def write_env_file(self, host: str, path: str, content: str) -> None:
         await self.run(host, envfile_argv(path), input=content)

@@ -21,7 +21,7 @@ from typing import Any
 
 from reconciler.cancel import cancel_requested
 from reconciler.engines import ContainerSpec
-from reconciler.errors import PullFailedError, RemoteCommandError, StepFailedError
+from reconciler.errors import ImageNeedsNewerDriverError, PullFailedError, RemoteCommandError, StepFailedError
 from reconciler.execute.gate import gate
 from reconciler.execute.hostops import HostOps, gather_hosts
 from reconciler.execute.leases import LeaseBlockedError, Leases
@@ -30,6 +30,7 @@ from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent
 from reconciler.execute.rollback import put_back
 from reconciler.execute.secrets import SecretStore, env_file_text
 from reconciler.execute.specjson import spec_to_json
+from reconciler.facts.cudareq import REQUIRE_VAR, driver_gives, required_cuda
 from reconciler.plan.health import Outcome
 from reconciler.plan.steps import (
     AcquireLeases,
@@ -179,11 +180,17 @@ class LaneTransaction:
     async def _pull(self, step: PullImages) -> None:
         async def one(host: str, image: str) -> None:
             try:
-                await self.s.ops.pull(host, image)
+                env = await self.s.ops.pull(host, image)
             except RemoteCommandError as exc:
                 # A pull the host or registry refused is a fault of the moment (registry down, link cut);
                 # an image that is not the pinned digest (DigestMismatchError) is not.
                 raise PullFailedError(exc) from exc
+            needed, gives = required_cuda(env), dict(step.host_cuda).get(host)
+            if needed is not None and gives is not None and not driver_gives(gives, needed):
+                raise ImageNeedsNewerDriverError(
+                    f"{host}: {image} needs CUDA {needed} or later (its {REQUIRE_VAR}), and the driver there "
+                    f"supports CUDA {gives}: the NVIDIA runtime would refuse to start it"
+                )
             if step.needs:
                 # Before anything stops: an image without its launcher is refused here, not in the gate.
                 await self.s.ops.check_launcher(host, image, step.needs)

@@ -161,6 +161,8 @@ class InspectedImage:
     repo_tags: tuple[str, ...]
     repo_digests: tuple[str, ...]
     """REPO@sha256:<digest> for every registry digest the image is known under."""
+    env: tuple[str, ...] = ()
+    """The image's Config.Env (KEY=VALUE)."""
 
 
 def parse_inspect(stdout: str) -> tuple[ObservedContainer, ...]:
@@ -240,6 +242,7 @@ def _image(item: object) -> InspectedImage:
         id=str(obj.get("Id") or ""),
         repo_tags=_strings(obj.get("RepoTags"), "RepoTags"),
         repo_digests=_strings(obj.get("RepoDigests"), "RepoDigests"),
+        env=_strings((obj.get("Config") or {}).get("Env"), "Config.Env"),
     )
 
 

@@ -156,7 +156,9 @@ def _plan_lane(
     cause = _cause(current, drift)
     reason = _reason(cause, drift)
     steps_list: list[Step] = [AcquireLeases(involved)]
-    steps_list.append(PullImages(tuple((host, spec.image) for host, spec in specs), needs=launcher_needs(lane)))
+    cuda = tuple((h, info.cuda_version) for h in lane.hosts if (info := observed.hosts[h].info) and info.cuda_version)
+    pulls = tuple((host, spec.image) for host, spec in specs)
+    steps_list.append(PullImages(pulls, needs=launcher_needs(lane), host_cuda=cuda))
     env_files = tuple(
         (host, spec.env_file, tuple((s.env, s.name) for s in lane.secrets))
         for host, spec in specs

@@ -96,6 +96,8 @@ class PullImages:
     kind: str = "pull"
     needs: tuple[str, ...] = ()
     """What the image must hold to launch the lane, checked after each pull (`engines.launcher`)."""
+    host_cuda: tuple[tuple[str, str], ...] = ()
+    """(host, CUDA version its driver supports) as the probe saw it: the pulled image's requirement must fit."""
 
     def describe(self) -> str:
         images = sorted({image for _, image in self.pulls})

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from reconciler.facts.cudareq import driver_gives, required_cuda
 from reconciler.facts.imagecheck import LAUNCHER_MARKER, LAUNCHER_MISSING_EXIT, LAUNCHER_SCRIPT
 from reconciler.sim import dockercli as cli
 from reconciler.sim.containers import SimContainer, now_rfc3339
@@ -55,6 +56,8 @@ class SimDockerDaemon:
         self.gpu_release_s = 0.0
         """How long an ended container's GPU context stays held; a test sets it to show the wait before a start."""
         self.gpu_held_until = 0.0
+        self.driver_cuda: Callable[[], str | None] = lambda: "13.0"
+        """The CUDA version the host's driver supports, as nvidia-smi says (the runtime hands over its facts')."""
         self.device_paths: Callable[[], Collection[str]] = lambda: {"/dev/infiniband"}
         """Device paths `docker run --device` finds on this host (the runtime hands over its host facts')."""
         self._commands: dict[str, Callable[[list[str]], Awaitable[Result]]] = {
@@ -209,6 +212,17 @@ class SimDockerDaemon:
             shared=self.shared,
         )
         self.containers[name] = container
+        needed, gives = required_cuda(container.env), self.driver_cuda()
+        if host_config["DeviceRequests"] is not None and needed and gives and not driver_gives(gives, needed):
+            # The NVIDIA runtime's prestart hook refuses it: the container stays created, never started.
+            container.exit_code, container.error = 128, (
+                "failed to create task for container: failed to create shim task: OCI runtime create failed: "
+                "runc create failed: unable to start container process: error during container init: error "
+                "running hook #0: error running hook: exit status 1, stdout: , stderr: nvidia-container-cli: "
+                f"requirement error: unsatisfied condition: cuda>={needed}, please update your driver to a newer "
+                "version, or use an earlier cuda container: unknown"
+            )
+            return 127, cid + "\n", stderr + f"docker: Error response from daemon: {container.error}.\n"
         if host_config["DeviceRequests"] is not None and self.gpu_held_for() > 0:
             # As an engine dies on a Spark whose GPU a previous engine still holds (sparkrun-recipes'
             # launch-sgl-dsv41.sh waits for a free GPU for exactly this reason).

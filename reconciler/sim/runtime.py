@@ -58,6 +58,7 @@ class SimContainerRuntime:
         self.facts = SimHostFacts(memory_per_container=memory_per_container, clock=clock)
         self.daemon = SimDockerDaemon(address, images, self.work_dir, self._read_envfile, shared)
         self.daemon.device_paths = self._device_paths  # docker finds the devices the probe reports
+        self.daemon.driver_cuda = lambda: self.facts.info.cuda if self.facts.info.driver else None
         self.ports = ports or ListeningTable()  # the fleet's shared table, or one read afresh on every probe
         self.docker_available = True  # False: a host where `docker` is not installed
         self.latency: dict[str, float] = {}

@@ -51,3 +51,26 @@ async def test_an_image_with_its_launcher_passes_the_check(world: World) -> None
     assert pull.needs == ("vllm", "ray", "py:ray")  # type: ignore[union-attr]
     assert eugr.result in {"applied", "rolled-back"}, eugr  # past the check; what the stand-in does next is its own
     assert "the image has no" not in (eugr.error or "")
+
+
+async def test_an_image_needing_a_newer_cuda_than_the_driver_gives_is_refused_after_the_pull(world: World) -> None:
+    await world.cycle()
+    before = ids(world)
+    image = world.fleet.registry.add(
+        "eugr/spark-vllm-b12x:cu131", env={"NVIDIA_REQUIRE_CUDA": "cuda>=13.1 brand=nvidia,driver>=590"}
+    ).pinned
+    world.commit("eugr: a CUDA 13.1 build", {EUGR: {"image": image}})
+
+    result = await world.cycle()
+
+    eugr = next(r for r in result.results if r.lane == EUGR)
+    assert eugr.result == "failed", eugr
+    assert "needs CUDA 13.1 or later (its NVIDIA_REQUIRE_CUDA), and the driver there supports CUDA 13.0" in (
+        eugr.error or ""
+    )
+    assert ids(world) == before  # refused before any rank stopped
+    # What the check spares: the NVIDIA runtime itself refuses such a container at start.
+    status, _, err = await world.fleet.runtime("dgx5").execute(
+        ["docker", "run", "-d", "--name", "probe-cu131", "--gpus", "all", image, "sleep"]
+    )
+    assert status == 127 and "unsatisfied condition: cuda>=13.1" in err
