@@ -10,7 +10,6 @@ pinned host keys, `docker` argv lists, HTTP to each host's address.
 Everything the rig makes is named after its id (`lanesrig-<pid>`), started
 and stopped by process id, and removed by `Rig.teardown`, which tolerates a
 half-built rig; `cleanup_stale` removes what a crashed earlier rig left.
-See ../shared/RIG.md for what was seen working on this machine.
 """
 
 from __future__ import annotations
