@@ -23,7 +23,6 @@ the converter may rewrite the value before argparse compares it.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
@@ -174,8 +173,21 @@ def _converter(tag: str) -> Callable[[str], object]:
     return str
 
 
-@functools.cache
+_PARSERS: dict[int, tuple[FlagTable, _Parser]] = {}
+"""Parsers by the identity of their table: hashing a table (hundreds of frozen flags) on every call cost
+more than parsing (1,600 ranks took 0.5 s of hashing alone). Tables are loaded once and kept."""
+
+
 def _parser(table: FlagTable) -> _Parser:
+    known = _PARSERS.get(id(table))
+    if known is not None and known[0] is table:
+        return known[1]
+    parser = _build_parser(table)
+    _PARSERS[id(table)] = (table, parser)
+    return parser
+
+
+def _build_parser(table: FlagTable) -> _Parser:
     parser = _Parser(prog=table.prog, usage=table.usage, allow_abbrev=table.allow_abbrev, add_help=table.add_help)
     for name, nargs in table.positionals:
         parser.add_argument(name, nargs=nargs)
@@ -194,8 +206,25 @@ def _parser(table: FlagTable) -> _Parser:
     return parser
 
 
+_VERDICTS: dict[tuple[int, tuple[str, ...]], ArgvError | None] = {}
+_VERDICTS_MAX = 8192
+
+
 def check_argv(table: FlagTable, argv: Sequence[str]) -> ArgvError | None:
-    """argparse's verdict on an engine's own arguments (what follows `serve`/`-m sglang.launch_server`)."""
+    """argparse's verdict on an engine's own arguments (what follows `serve`/`-m sglang.launch_server`).
+
+    Remembered per (table, argv): the daemon judges the same command lines at every cycle."""
+    key = (id(_parser(table)), tuple(argv))
+    if key in _VERDICTS:
+        return _VERDICTS[key]
+    verdict = _judge(table, argv)
+    if len(_VERDICTS) >= _VERDICTS_MAX:
+        _VERDICTS.clear()
+    _VERDICTS[key] = verdict
+    return verdict
+
+
+def _judge(table: FlagTable, argv: Sequence[str]) -> ArgvError | None:
     words, origin = list(argv), list(range(len(argv)))
     parser = _parser(table)
     if table.preprocess == "vllm-flexible":
@@ -221,7 +250,6 @@ def check_argv(table: FlagTable, argv: Sequence[str]) -> ArgvError | None:
     )
 
 
-@functools.cache
 def _usage(table: FlagTable) -> str:
     """The usage line argparse prints (written out only when there is an error to print it with)."""
     return table.usage or _parser(table).format_usage().removeprefix("usage: ").strip()
