@@ -14,6 +14,7 @@ from reconciler.cli import demo as demo_cmd
 from reconciler.cli import history as history_cmd
 from reconciler.cli import hosts as hosts_cmd
 from reconciler.cli import reconcile as reconcile_cmd
+from reconciler.cli import rewind as rewind_cmd
 from reconciler.cli import schema as schema_cmd
 from reconciler.cli import upstream as upstream_cmd
 from reconciler.logsetup import configure
@@ -44,6 +45,7 @@ app.command("apply")(reconcile_cmd.apply_cmd)
 app.command("status")(reconcile_cmd.status_cmd)
 app.command("hosts")(hosts_cmd.hosts_cmd)
 app.command("retry")(reconcile_cmd.retry_cmd)
+app.command("allow-rewind")(rewind_cmd.allow_rewind_cmd)
 app.command("demo")(demo_cmd.demo)
 app.command("daemon")(daemon_cmd.daemon_cmd)
 app.command("init")(daemon_cmd.init_cmd)
