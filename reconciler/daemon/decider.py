@@ -1,8 +1,11 @@
 """What the daemon decides about one commit, and where it writes that down.
 
-A head commit is refused when it must be signed and is not, rejected when
-its files do not load, and otherwise reconciled (lanes denied by policy keep
-their last good state). Every decision goes to the journal, to a git note on
+A head commit is refused when it must be signed and is not, or (signing on)
+when it does not descend from the last commit applied and no operator allowed
+that rewind (`lanes allow-rewind`); rejected when its files do not load, and
+otherwise reconciled (lanes denied by policy keep their last good state).
+`act_on` is the one door to a commit the daemon acts on (`reconciler.daemon.gate`):
+the cycle, proposals and trials all go through it. Every decision goes to the journal, to a git note on
 the commit (`git log --notes=lanes` on any clone shows it) and to metrics.
 """
 
@@ -10,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Literal
 
 import pygit2
 import structlog
 
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.evidencejob import benchmark_changed
+from reconciler.daemon.gate import UnverifiedCommitError
 from reconciler.daemon.metrics import Metrics
 from reconciler.errors import InputError, LanesError
 from reconciler.execute.apply import ProgressEvent
@@ -29,6 +33,7 @@ from reconciler.source.notes import write_verdict_note
 from reconciler.source.signatures import verify_commit
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
+from reconciler.store.trust import allowed_rewind, anchor, set_anchor
 
 log = structlog.get_logger("lanes.daemon")
 
@@ -52,6 +57,22 @@ class CommitDecider:
         self.blocked: dict[str, str] = {}
         """Lanes the last cycle could not act on, and why (a host leased by another reconciler, unreachable)."""
         self._loaded: tuple[tuple[str, str, str], LoadedCommit] | None = None
+        self._trusted: str | None = None
+        self.refused: dict[str, str] | None = None
+        """The head refused last ({"commit", "reason"}), None once a head is applied; /status shows it."""
+        self._signatures: dict[tuple[str, ...], tuple[bool, str | None, str]] = {}
+
+    @property
+    def trusted(self) -> str | None:
+        """The last commit verified and decided: the only base of proposals and trials."""
+        return self._trusted
+
+    def act_on(self, sha: str) -> LoadedCommit:
+        """The one door: `sha`'s state and policies once it passes every check the head passes."""
+        refusal = self.refusal(sha)
+        if refusal is not None:
+            raise UnverifiedCommitError(refusal)
+        return self._load(sha)
 
     def _load(self, head: str) -> LoadedCommit:
         """The commit's state and policies, parsed once per commit.
@@ -71,18 +92,23 @@ class CommitDecider:
         t0 = time.monotonic()
         structlog.contextvars.bind_contextvars(commit=head[:12])
         try:
-            refusal = self._refusal(head)
+            refusal = self.refusal(head)
             if refusal is not None:
+                self.refused = {"commit": head, "reason": refusal}
                 await self._record(head, "refused", {"refused": refusal})
                 self.metrics.record_cycle(time.monotonic() - t0, error=refusal)
                 return "refused"
+            self.refused = None
             try:
-                loaded = self._load(head)
+                loaded = self.act_on(head)
             except InputError as exc:
                 await self._record(head, "invalid", {"refused": f"invalid state: {exc.describe()}"})
                 self.metrics.record_cycle(time.monotonic() - t0, error=exc.describe())
                 return "invalid"
             self.last_desired = loaded.desired
+            self._trusted = head
+            if anchor(self.store) != head:
+                set_anchor(self.store, head)
             result = await self.runner.run_cycle(loaded, progress=log_progress)
             outcome = self._outcome(result)
             self.metrics.record_cycle(time.monotonic() - t0, result.results)
@@ -109,16 +135,57 @@ class CommitDecider:
         finally:
             structlog.contextvars.unbind_contextvars("commit")
 
-    def _refusal(self, head: str) -> str | None:
+    def refusal(self, sha: str) -> str | None:
+        """Why `sha` must not be acted on, or None: with signing on, an allowed signature and no rewind."""
         mode = self.config.repo.require_signed_commits
         if not mode:
             return None
-        check = verify_commit(self.mirror.repo, head, mode=mode, allowed_signers=self.config.repo.allowed_signers)
-        if check.ok:
-            log.info("commit.signed", signer=check.signer)
+        ok, signer, reason = self._signature(sha, mode)
+        if not ok:
+            log.warning("commit.refused", reason=reason)
+            return reason
+        if sha != self._trusted:
+            log.info("commit.signed", signer=signer)
+        return self._rewind(sha)
+
+    def _signature(self, sha: str, mode: Literal["ssh", "gpg"]) -> tuple[bool, str | None, str]:
+        """A commit's signature check, once per commit and allowed-signers file (ssh-keygen costs a fork)."""
+        signers = self.config.repo.allowed_signers
+        try:
+            stamp = str(signers.stat().st_mtime_ns) if signers is not None else ""
+        except OSError:
+            stamp = "missing"
+        key = (sha, mode, str(signers), stamp)
+        if key not in self._signatures:
+            check = verify_commit(self.mirror.repo, sha, mode=mode, allowed_signers=signers)
+            if len(self._signatures) > 64:
+                self._signatures.clear()
+            self._signatures[key] = (check.ok, check.signer, check.reason)
+        return self._signatures[key]
+
+    def _rewind(self, sha: str) -> str | None:
+        """A head that does not descend from the last applied commit is a replay until an operator allows it."""
+        last = anchor(self.store)
+        if last is None or last == sha:
             return None
-        log.warning("commit.refused", reason=check.reason)
-        return check.reason
+        repo = self.mirror.repo
+        try:
+            descends = last in repo and repo.descendant_of(sha, last)
+        except (KeyError, ValueError, pygit2.GitError):
+            descends = False
+        if descends:
+            return None
+        allowed = allowed_rewind(self.store, sha)
+        if allowed is not None:
+            log.warning("commit.rewind_allowed", by=allowed.get("by"), reason=allowed.get("reason"), last_applied=last)
+            return None
+        reason = (
+            f"commit {sha[:12]} does not descend from the last applied commit {last[:12]} "
+            f"(a force-push rewinds the branch); an operator allows it with "
+            f'`lanes allow-rewind {sha} --reason "..."`'
+        )
+        log.warning("commit.rewind_refused", reason=reason, last_applied=last)
+        return reason
 
     @staticmethod
     def _outcome(result: CycleResult) -> str:

@@ -204,7 +204,8 @@ class Daemon:
         self.last_head = head
         self._retry_blocked()
         self._retry_specs()
-        self.set_phase(f"idle at {head[:12]}: {outcome}")
+        refused = self.decider.refused if outcome == "refused" else None
+        self.set_phase(f"idle at {head[:12]}: {outcome}" + (f" ({refused['reason']})" if refused else ""))
 
     def _store_ready(self) -> bool:
         """Held records written and one more write taken; else say why, keep what runs, look again soon."""
@@ -395,6 +396,7 @@ class Daemon:
             "store": store_status(self.store),
             "source": self.source.as_dict(),
             "blocked": dict(self.decider.blocked),
+            "refused": self.decider.refused,
             "lanes": rows,
         }
 
