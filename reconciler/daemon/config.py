@@ -246,6 +246,25 @@ class HttpSettings(Section):
         description="file holding the shared secret of the push webhook (e.g. $CREDENTIALS_DIRECTORY/webhook-secret); "
         "POST /webhook is refused (404) unless it is set; deliveries are HMAC-verified with it",
     )
+    # Limits that keep a flood of clients from costing the daemon its memory or descriptors.
+    max_connections: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="open HTTP connections at most; at the cap a new one takes the slot of the one waiting "
+        "longest for its request head, else it is closed unread",
+    )
+    head_timeout_s: float = Field(10.0, gt=0, le=300, description="seconds a client has to send its request head")
+    body_timeout_s: float = Field(30.0, gt=0, le=600, description="seconds a client has to send a webhook body")
+    max_body_bytes: int = Field(
+        1 << 20, ge=1024, le=64 << 20, description="largest webhook body accepted (413 above); GET bodies are refused"
+    )
+    replay_window: int = Field(
+        4096,
+        ge=16,
+        le=1 << 20,
+        description="signed deliveries remembered (their IDs and body digests) so a replayed one is refused (409)",
+    )
 
     @field_validator("listen")
     @classmethod
