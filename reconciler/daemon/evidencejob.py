@@ -27,9 +27,10 @@ from reconciler.store.journal import Store
 log = structlog.get_logger("lanes.bench")
 
 
-def baseline_evidence(mirror: Mirror, lane: str) -> dict[str, Any] | None:
+def baseline_evidence(mirror: Mirror, lane: str, at: str | None = None) -> dict[str, Any] | None:
+    """The lane's latest evidence at commit `at` (a verified one), else at the fetched head."""
     repo = mirror.repo
-    head = mirror.head()
+    head = at or mirror.head()
     if head is None:
         return None
     tree = repo[head].peel(pygit2.Tree)

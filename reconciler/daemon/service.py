@@ -147,10 +147,10 @@ class Daemon:
         self.trigger.kick("upstream")
 
     async def _run_upstream(self) -> None:
-        trial = make_trial(self.config, self.runner, self.mirror)
+        trial = make_trial(self.config, self.runner, self.mirror, self.decider)
         try:
             async with asyncio.timeout(UPSTREAM_TIMEOUT_S):  # not wait_for: it can drop a cancel on 3.11
-                await upstream_job(self.config, self.decider.last_desired, self.mirror, self.metrics, trial)
+                await upstream_job(self.config, self.decider, self.mirror, self.metrics, trial)
         except (TimeoutError, LanesError) as exc:
             log.error("upstream.failed", error=str(exc) or "timed out")
 

@@ -5,6 +5,13 @@ A proposal for a lane with `track.trial_hosts` is run as a lane of its own
 reconcile path as any lane, benchmarked with the lane's profile, its evidence
 committed on the proposal branch, and removed again. What comes back is the
 markdown the pull request shows: candidate against production, per metric.
+
+Nothing of the trial comes from a commit the decider did not verify: the
+candidate is the lane of the last verified and decided commit (through the
+decider's one door, `Gate.act_on`) with only the image and engine_version the
+proposal changes, and only a proposal commit whose parent is that commit is
+tried. A proposal branched from an unsigned head (or any other lane change)
+never reaches the trial hosts.
 """
 
 from __future__ import annotations
@@ -13,17 +20,20 @@ import asyncio
 import dataclasses
 from typing import Any
 
+import pygit2
 import structlog
 
 from reconciler.bench import benchmark_lane, chart, evidence
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.evidencejob import baseline_evidence, evidence_message
-from reconciler.errors import LanesError
+from reconciler.daemon.gate import Gate, UnverifiedCommitError
+from reconciler.errors import InputError, LanesError
 from reconciler.execute.cycle import CycleRunner, targets_for
 from reconciler.source.evidence import commit_evidence
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.source.mirror import Mirror
 from reconciler.spec.lane import Lane
+from reconciler.spec.load import DesiredState
 from reconciler.upstream.proposals import TrialFn
 
 log = structlog.get_logger("lanes.trial")
@@ -49,22 +59,61 @@ def comparison_markdown(ev: dict[str, Any], lane: str) -> str:
     return head + "\n".join(rows) + "\n" + flag
 
 
-def make_trial(config: DaemonConfig, runner: CycleRunner, mirror: Mirror) -> TrialFn:
-    async def trial(lane: Lane, commit: str, branch: str) -> str:
-        assert lane.track is not None
-        loaded = load_commit(mirror.repo, commit, config.repo.state_dir, config.repo.policies_dir)
-        proposed = loaded.desired.lanes[lane.name]
-        name = f"{lane.name}-trial"
-        data = proposed.model_dump()
-        data.update(
-            name=name,
-            hosts=list(lane.track.trial_hosts),
-            desired="running",
-            track=None,
-            served_model_name=proposed.served_name,
+PROPOSED_FIELDS = frozenset({"image", "engine_version"})
+"""What a proposal commit changes in a lane, and all a trial takes from it."""
+
+
+def _candidate(
+    config: DaemonConfig, mirror: Mirror, gate: Gate, lane: Lane, commit: str
+) -> tuple[Lane, LoadedCommit]:
+    """The trial lane and the verified commit it runs against; UnverifiedCommitError when not allowed."""
+    assert lane.track is not None
+    base = gate.trusted
+    if base is None:
+        raise UnverifiedCommitError("no commit has been verified and decided yet")
+    proposal = mirror.repo.revparse_single(commit).peel(pygit2.Commit)
+    assert isinstance(proposal, pygit2.Commit)
+    parents = [str(p) for p in proposal.parent_ids]
+    if parents != [base]:
+        raise UnverifiedCommitError(
+            f"the proposal {commit[:12]} is not a child of the last verified commit {base[:12]} (parents: "
+            f"{', '.join(p[:12] for p in parents) or 'none'})"
         )
-        candidate = Lane.model_validate(data)
-        desired = dataclasses.replace(loaded.desired, lanes={**loaded.desired.lanes, name: candidate})
+    verified = gate.act_on(base)
+    current = verified.desired.lanes.get(lane.name)
+    if current is None:
+        raise UnverifiedCommitError(f"lane {lane.name} is not in the verified commit {base[:12]}")
+    proposed = load_commit(mirror.repo, commit, config.repo.state_dir, config.repo.policies_dir).desired.lanes.get(
+        lane.name
+    )
+    if proposed is None or proposed.model_dump(exclude=set(PROPOSED_FIELDS)) != current.model_dump(
+        exclude=set(PROPOSED_FIELDS)
+    ):
+        raise UnverifiedCommitError(
+            f"the proposal {commit[:12]} changes lane {lane.name} beyond {', '.join(sorted(PROPOSED_FIELDS))}"
+        )
+    data = current.model_dump()
+    data.update(
+        name=f"{lane.name}-trial",
+        image=proposed.image,
+        engine_version=proposed.engine_version,
+        hosts=list(lane.track.trial_hosts),
+        desired="running",
+        track=None,
+        served_model_name=current.served_name,
+    )
+    return Lane.model_validate(data), verified
+
+
+def make_trial(config: DaemonConfig, runner: CycleRunner, mirror: Mirror, gate: Gate) -> TrialFn:
+    async def trial(lane: Lane, commit: str, branch: str) -> str:
+        try:
+            candidate, loaded = _candidate(config, mirror, gate, lane, commit)
+        except (UnverifiedCommitError, InputError, KeyError, ValueError, pygit2.GitError) as exc:
+            log.warning("trial.refused", lane=lane.name, commit=commit[:12], reason=str(exc))
+            return f"### Trial on spare hosts\n\nNot tried: {exc}\n"
+        name = candidate.name
+        desired: DesiredState = dataclasses.replace(loaded.desired, lanes={**loaded.desired.lanes, name: candidate})
         only = frozenset({name})
         try:
             result = await runner.run_cycle(LoadedCommit(commit, desired, loaded.policies), only_lanes=only)
@@ -76,7 +125,7 @@ def make_trial(config: DaemonConfig, runner: CycleRunner, mirror: Mirror) -> Tri
                     f"{', '.join(candidate.hosts)}: {why}\n"
                 )
             url = f"http://{targets_for(desired, config.overrides())[candidate.hosts[0]].address}:{candidate.port}"
-            production = baseline_evidence(mirror, lane.name)
+            production = baseline_evidence(mirror, lane.name, at=loaded.commit)
             ev = await benchmark_lane(desired, name, url=url, baseline=production)
             path = evidence.evidence_path(ev)
             files = {

@@ -1,7 +1,11 @@
 """The daemon's upstream job: poll every source, open proposals for tracked lanes, export the gap.
 
 Runs under apscheduler like fetch and resync, only when `[upstream] enabled`;
-it reads the sources and tracks from the newest commit the daemon decided on.
+it reads the sources and tracks from the last commit the daemon verified and
+decided on, loaded through the decider's one door (`Gate.act_on`), and
+proposals branch from that commit, never from the fetched head (which may be
+an unsigned commit the decider refused). Given a bare desired state (no
+gate), it polls and exports the gap but proposes nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from pathlib import Path
 import structlog
 
 from reconciler.daemon.config import DaemonConfig
+from reconciler.daemon.gate import Gate
 from reconciler.daemon.metrics import Metrics
 from reconciler.source.mirror import Mirror
 from reconciler.spec.load import DesiredState
@@ -22,11 +27,17 @@ log = structlog.get_logger("lanes.upstream")
 
 async def upstream_job(
     config: DaemonConfig,
-    desired: DesiredState | None,
+    source: DesiredState | Gate | None,
     mirror: Mirror,
     metrics: Metrics,
     trial: TrialFn | None = None,
 ) -> None:
+    base: str | None = None
+    if source is None or isinstance(source, DesiredState):
+        desired = source
+    else:
+        base = source.trusted
+        desired = source.act_on(base).desired if base is not None else None
     if desired is None:
         return
     poll = PollSettings(
@@ -39,14 +50,14 @@ async def upstream_job(
                 "upstream.polled", source=r.source, status=r.status, new=list(r.new), requests=r.requests, error=r.error
             )
         tracked = {lane.track.source for lane in desired.lanes.values() if lane.track is not None}
-        if any(r.new and r.source in tracked for r in results):
+        if base is not None and any(r.new and r.source in tracked for r in results):
             settings = ProposalSettings(
                 base=config.repo.branch,
                 state_dir=config.repo.state_dir,
                 policies_dir=config.repo.policies_dir,
                 poll=poll,
             )
-            for outcome in await propose_all(mirror.repo, store, settings, trial=trial):
+            for outcome in await propose_all(mirror.repo, store, settings, trial=trial, base=base):
                 log.info("upstream.proposal", outcome=str(outcome))
         gaps = {row.lane: (row.releases_behind or 0, float(row.days_behind or 0)) for row in gap_rows(desired, store)}
     metrics.set_upstream_gaps(gaps)

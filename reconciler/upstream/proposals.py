@@ -5,7 +5,8 @@ production lane sat three weeks behind SGLang v0.5.22). A lane that declares
 `track:` gets, for the newest release that qualifies, a branch
 `lanes/proposals/<lane>/<version>` whose one commit changes the lane's image
 (the track's template, pinned to the digest the registry resolves) and
-engine_version, on top of the head of the tracked branch. The commit is
+engine_version, on top of the head of the tracked branch (in the daemon: the
+last commit it verified and decided, `base=`, never the fetched head). The commit is
 checked against the policies first; a denial does not stop the proposal
 (the gap stays visible) but is recorded and shown. A release whose image has
 no linux/arm64 build is not proposed at all (nor tried on trial hosts): the
@@ -114,15 +115,18 @@ async def propose_all(
     client: httpx.AsyncClient | None = None,
     clock: Clock | None = None,
     trial: TrialFn | None = None,
+    base: str | None = None,
 ) -> list[ProposalOutcome]:
     """One pass over every lane with `track:`; one lane's failure never stops another.
 
     `trial`, when given, runs each new candidate of a lane with `trial_hosts` before its pull request
-    is opened, and what it returns goes into the request's body.
+    is opened, and what it returns goes into the request's body; only a proposal commit made here is
+    tried, never one adopted from the remote. `base`, when given, is the commit proposals start from
+    (the daemon's last verified and decided commit) instead of the fetched head of the tracked branch.
     """
     if client is None:
         async with make_client(settings.poll) as own:
-            return await propose_all(repo, store, settings, client=own, clock=clock, trial=trial)
+            return await propose_all(repo, store, settings, client=own, clock=clock, trial=trial, base=base)
     repository = repo if isinstance(repo, pygit2.Repository) else open_repo(repo)
     push_secret = (
         read_credential(settings.poll.credentials_dir, settings.push_credential) if settings.push_credential else None
@@ -131,9 +135,9 @@ async def propose_all(
     remote = settings.remote if settings.remote and settings.remote in repository.remotes.names() else None
     if remote is not None:
         await asyncio.to_thread(gitbranch.fetch, repository, remote, creds)
-    base = _base_commit(repository, remote, settings.base)
-    loaded = load_commit(repository, str(base.id), settings.state_dir, settings.policies_dir)
-    run = _Run(repository, remote, creds, base, loaded, store, settings, client, clock or Clock(), trial)
+    start = _base_commit(repository, remote, settings.base) if base is None else _commit(repository, base)
+    loaded = load_commit(repository, str(start.id), settings.state_dir, settings.policies_dir)
+    run = _Run(repository, remote, creds, start, loaded, store, settings, client, clock or Clock(), trial)
     outcomes = []
     for _, lane in sorted(loaded.desired.lanes.items()):
         if lane.track is None:
@@ -144,6 +148,15 @@ async def propose_all(
             log.warning("upstream.proposal_failed", lane=lane.name, error=str(exc))
             outcomes.append(ProposalOutcome(lane.name, "failed", message=str(exc)))
     return outcomes
+
+
+def _commit(repo: pygit2.Repository, sha: str) -> pygit2.Commit:
+    try:
+        commit = repo[sha].peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise InputError(f"the base commit {sha[:12]} is not in the state repository: {exc}") from None
+    assert isinstance(commit, pygit2.Commit)
+    return commit
 
 
 def _base_commit(repo: pygit2.Repository, remote: str | None, base: str) -> pygit2.Commit:
@@ -220,7 +233,8 @@ async def _propose_lane(run: _Run, lane: Lane) -> ProposalOutcome:
     if run.remote is not None:
         commit, action = await _push(run, lane, source, release, branch)
     draft = replace(draft, commit=commit)
-    if run.trial is not None and lane.track.trial_hosts and not draft.denial:
+    # Only our own commit on the verified base is tried: one adopted after a lost push race is someone else's.
+    if run.trial is not None and lane.track.trial_hosts and not draft.denial and commit == str(oid):
         draft = replace(draft, trial=await run.trial(lane, commit, branch))
     return await _open_and_record(run, lane, source, release, draft, action)
 

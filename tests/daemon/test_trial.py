@@ -26,6 +26,22 @@ from tests.support.sparks import start_sparks, stop_sparks
 from tests.upstream.fixtures import local_upstreams
 from tests.upstream.servers import FakeForge, FakeGitHub, FakeRegistry, LocalServer
 
+
+class Verified:
+    """The decider's door as the trial sees it: `loaded` is the one verified and decided commit."""
+
+    def __init__(self, loaded: LoadedCommit) -> None:
+        self.loaded = loaded
+
+    @property
+    def trusted(self) -> str | None:
+        return self.loaded.commit
+
+    def act_on(self, sha: str) -> LoadedCommit:
+        assert sha == self.loaded.commit
+        return self.loaded
+
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 SGLANG = "sgl-project/sglang"
 TOKEN = "forge-token-for-trials"
@@ -94,8 +110,10 @@ async def test_a_candidate_is_tried_on_spare_hosts_and_compared_in_the_pull_requ
                     ),
                     poll=poll,
                 )
-                trial = make_trial(config, env.runner, mirror)
-                outcomes = await propose_all(mirror.repo, store, settings, trial=trial)
+                # The daemon decides its own evidence commit next: that is the verified commit proposals start from.
+                decided = load_commit(mirror.repo, mirror.fetch())
+                trial = make_trial(config, env.runner, mirror, Verified(decided))
+                outcomes = await propose_all(mirror.repo, store, settings, trial=trial, base=decided.commit)
             opened = [o for o in outcomes if o.lane == PRODUCTION]
             assert opened and opened[0].action == "opened", outcomes
             body = forge.pulls[0]["body"]
