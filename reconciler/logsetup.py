@@ -3,16 +3,91 @@
 For commands stdout belongs to `--json` output, so logs go to stderr; the
 daemon logs JSON lines to stdout, which journald stores. Secret values known
 to the control node are redacted by a processor before any line is written.
+
+The values are one process-wide set (`remember_secrets`): the daemon loads it
+at start and again on SIGHUP, and every secret read at apply time is added as
+it is read, so `lanes apply` and the other commands redact what they used.
+`redact(text)` serves what is stored rather than logged (log tails in sqlite),
+and `redact_stdio` wraps stdout and stderr so what commands print is redacted too.
+
+Length: any non-empty value is redacted. A value of 6 characters or more is
+replaced wherever it occurs; a shorter one only where it stands as a whole
+word (not inside a longer run of letters and digits), so a 2-character value
+such as `ab` does not blank every word that holds those letters, while
+`TOKEN=ab`, `"ab"` or `ab` alone are still hidden.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import threading
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, TextIO
 
 import structlog
+
+SUBSTRING_MIN = 6
+"""Values at least this long are replaced wherever they occur; shorter ones only as whole words."""
+MASK = "[redacted]"
+
+
+class _Known:
+    """The process-wide set of secret values, and the patterns that find the short ones."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.long: tuple[str, ...] = ()
+        self.short: re.Pattern[str] | None = None
+        self.values: set[str] = set()
+
+    def add(self, values: Iterable[str]) -> None:
+        fresh = {v for v in (v.strip() for v in values) if v} - self.values
+        if not fresh:
+            return
+        with self.lock:
+            self.values |= fresh
+            # Longest first: a value that contains another is replaced whole.
+            self.long = tuple(sorted((v for v in self.values if len(v) >= SUBSTRING_MIN), key=len, reverse=True))
+            short = sorted((v for v in self.values if len(v) < SUBSTRING_MIN), key=len, reverse=True)
+            self.short = (
+                re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, short)) + r")(?![A-Za-z0-9])")
+                if short
+                else None
+            )
+
+    def clear(self) -> None:
+        with self.lock:
+            self.values = set()
+            self.long = ()
+            self.short = None
+
+    def redact(self, text: str) -> str:
+        for secret in self.long:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        if self.short is not None:
+            text = self.short.sub(MASK, text)
+        return text
+
+
+_KNOWN = _Known()
+
+
+def remember_secrets(values: Iterable[str]) -> None:
+    """Add secret values to the process-wide set (never removed: a value may still be in flight)."""
+    _KNOWN.add(values)
+
+
+def forget_secrets() -> None:
+    """Tests only: start from an empty set."""
+    _KNOWN.clear()
+
+
+def redact(text: str) -> str:
+    """`text` with every known secret value replaced (for what is stored, not logged)."""
+    return _KNOWN.redact(text)
 
 
 class Redactor:
@@ -20,13 +95,14 @@ class Redactor:
 
     An event may carry dicts and lists (a command's argv, a response body),
     and an exception's text may quote what failed; all of it is rewritten.
+    The values are the process-wide set; `secrets` given here are added to it.
     """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.secrets = [s for s in secrets if len(s) >= 6]
+        remember_secrets(secrets)
 
     def __call__(self, _logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-        if not self.secrets:
+        if not _KNOWN.values:
             return event
         for key, value in list(event.items()):
             event[key] = self._clean(value)
@@ -34,9 +110,7 @@ class Redactor:
 
     def _clean(self, value: Any) -> Any:
         if isinstance(value, str):
-            for secret in self.secrets:
-                value = value.replace(secret, "[redacted]")
-            return value
+            return _KNOWN.redact(value)
         if isinstance(value, Mapping):
             return {self._clean(k): self._clean(v) for k, v in value.items()}
         if isinstance(value, (list, tuple, set, frozenset)):
@@ -44,6 +118,32 @@ class Redactor:
         if isinstance(value, BaseException):
             return self._clean(f"{type(value).__name__}: {value}")
         return value
+
+
+class RedactingStream:
+    """A text stream that redacts known secret values from what is written to it (stdout, stderr of commands)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        self._inner.write(_KNOWN.redact(text) if _KNOWN.values else text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def redact_stdio() -> None:
+    """Wrap sys.stdout and sys.stderr (once) so a command's printed output is redacted like its logs."""
+    if not isinstance(sys.stdout, RedactingStream):
+        sys.stdout = RedactingStream(sys.stdout)
+    if not isinstance(sys.stderr, RedactingStream):
+        sys.stderr = RedactingStream(sys.stderr)
 
 
 def configure(

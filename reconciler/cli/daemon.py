@@ -14,7 +14,7 @@ import typer
 from reconciler.cli.common import handle_errors
 from reconciler.daemon.config import DEFAULT_CONFIG, load_config
 from reconciler.errors import InputError
-from reconciler.execute.secrets import SecretStore
+from reconciler.execute.secrets import secret_values
 from reconciler.logsetup import configure
 
 
@@ -28,8 +28,7 @@ def daemon_cmd(
     from reconciler.daemon.service import Daemon
 
     settings = load_config(config)
-    secrets = SecretStore(settings.daemon.secrets_dir).values()
-    configure(settings.daemon.log_level, stream=sys.stdout, secrets=secrets)
+    configure(settings.daemon.log_level, stream=sys.stdout, secrets=secret_values(settings))
     code = asyncio.run(Daemon(settings, config).run())
     raise typer.Exit(code)
 

@@ -17,7 +17,7 @@ from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import rewind as rewind_cmd
 from reconciler.cli import schema as schema_cmd
 from reconciler.cli import upstream as upstream_cmd
-from reconciler.logsetup import configure
+from reconciler.logsetup import configure, redact_stdio
 
 app = typer.Typer(
     name="lanes",
@@ -37,6 +37,7 @@ def main(
 ) -> None:
     """GitOps reconciler for LLM inference lanes on DGX Spark (GB10) fleets."""
     configure(log_level)
+    redact_stdio()  # what a command prints (remote output, log tails) is redacted like its logs
 
 
 app.command("check")(check_cmd.check)

@@ -17,6 +17,7 @@ will see. Secret files are only ever named here, never read.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -33,12 +34,15 @@ from reconciler.daemon.configpaths import (
     first_dir,
     is_remote_url,
     path_or_none,
+    same_path,
 )
 from reconciler.daemon.http import parse_listen
 from reconciler.daemon.tomlpos import TOML_POS, describe_error, line_of
 from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleSettings, HostOverride
+from reconciler.execute.secrets import SYSTEMD_LANE_PREFIX
 from reconciler.spec.base import NAME_RE
+from reconciler.upstream.base import PollSettings, UpstreamCredential
 
 DEFAULT_CONFIG = Path("/etc/lanes/reconciler.toml")
 """Where `lanes daemon` and `lanes config check` look without `--config` (systemd's ConfigurationDirectory)."""
@@ -200,8 +204,15 @@ class DaemonSettings(Section):
     )
     secrets_dir: Path | None = Field(
         None,
-        description="folder of secret files named after the secrets lanes reference "
-        "(default $CREDENTIALS_DIRECTORY, the unit's LoadCredential= files); values are read only at apply time",
+        description="folder of the lane secrets, files named after the secrets lanes reference "
+        "(default $CREDENTIALS_DIRECTORY, the unit's LoadCredential=lane:... files); read at apply time only",
+    )
+    secrets_prefix: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9_.-]*$",
+        description='what the file of a lane secret starts with in secrets_dir: "lane_" by default under systemd '
+        "(LoadCredential=lane:/etc/lanes/lane-secrets loads each file as lane_<name>), else nothing; the daemon's own "
+        "credentials must never be lane secrets",
     )
     drop_caches: bool = Field(
         False, description="drop the page cache on a host before starting ranks (GB10 counts page cache as used)"
@@ -220,6 +231,8 @@ class DaemonSettings(Section):
             data = {**data, "db": state / "lanes.db"}
         if "secrets_dir" not in data and creds is not None:
             data = {**data, "secrets_dir": creds}
+            if "secrets_prefix" not in data:
+                data = {**data, "secrets_prefix": SYSTEMD_LANE_PREFIX}
         return data
 
     @field_validator("db", "secrets_dir", mode="before")
@@ -290,6 +303,36 @@ class HostOverrideSettings(Section):
     user: str | None = Field(None, min_length=1, description="SSH user instead of the state's (default: the state's)")
 
 
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
+
+
+class UpstreamCredentialSettings(Section):
+    """[upstream.credentials.<name>]: one of the daemon's tokens and the only hosts it may be sent to."""
+
+    file: Path = Field(
+        description="file holding the token, e.g. $CREDENTIALS_DIRECTORY/github-token (a registry's token realm: "
+        "user:password); never one of the lane secrets"
+    )
+    hosts: tuple[str, ...] = Field(
+        min_length=1,
+        description='hosts (or host:port) the token may go to, over https only: ["api.github.com"], '
+        '["registry-1.docker.io", "auth.docker.io"]; a source of upstreams.yaml elsewhere gets no token',
+    )
+
+    @field_validator("file", mode="before")
+    @classmethod
+    def _path(cls, value: Any, info: ValidationInfo) -> Any:
+        return path_or_none(value, info)
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            if not _HOST.match(host):
+                raise ValueError(f"'{host}' is not a lower-case host name or host:port (no scheme, no path)")
+        return value
+
+
 class UpstreamSettings(Section):
     """[upstream]: polling engine releases and registries for the gap table and proposals."""
 
@@ -297,6 +340,32 @@ class UpstreamSettings(Section):
     interval_s: float = Field(
         3600.0, ge=60.0, le=604800.0, description="seconds between polls (conditional requests; rate limits honoured)"
     )
+    credentials: dict[str, UpstreamCredentialSettings] = Field(
+        default_factory=dict,
+        description="the daemon's upstream tokens by name, each with the hosts it may be sent to; upstreams.yaml "
+        "may only pick one of these (token_credential), never a file or a host",
+    )
+    allow_insecure_hosts: tuple[str, ...] = Field(
+        (),
+        description="hosts (host or host:port) a token may reach over plain http: test servers on loopback only",
+    )
+
+    @field_validator("credentials")
+    @classmethod
+    def _names(cls, value: dict[str, UpstreamCredentialSettings]) -> dict[str, UpstreamCredentialSettings]:
+        for name in value:
+            if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+                raise ValueError(f"credential name '{name}' is not a plain name (letters, digits, . _ -)")
+        return value
+
+    @field_validator("allow_insecure_hosts")
+    @classmethod
+    def _insecure(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            name = host.rsplit(":", 1)[0] if ":" in host and not host.startswith("[") else host
+            if name not in ("localhost", "127.0.0.1", "::1", "[::1]"):
+                raise ValueError(f"'{host}' is not a loopback host; only loopback test servers may be plain http")
+        return value
 
 
 class BenchSettings(Section):
@@ -336,6 +405,21 @@ class DaemonConfig(Section):
                 raise ValueError(f"host name '{name}' is not a valid host name (lower-case letters, digits, . _ -)")
         return value
 
+    @model_validator(mode="after")
+    def _credentials_apart(self) -> DaemonConfig:
+        """No daemon credential may sit where a lane secret is read: a lane could name it otherwise."""
+        lane_dir, prefix = self.daemon.secrets_dir, self.daemon.secrets_prefix
+        if lane_dir is None:
+            return self
+        for key, path in self.credential_files().items():
+            if path is not None and same_path(path.parent, lane_dir) and path.name.startswith(prefix):
+                raise ValueError(
+                    f"{key} ({path}) is in the lane secrets (daemon.secrets_dir {lane_dir}"
+                    f"{f', prefix {prefix!r}' if prefix else ''}), so a lane could name it; keep the daemon's "
+                    'credentials apart (under systemd: secrets_prefix = "lane_" and LoadCredential=lane:<folder>)'
+                )
+        return self
+
     def overrides(self) -> dict[str, HostOverride]:
         return {n: HostOverride(address=h.address, port=h.port, user=h.user) for n, h in self.hosts.items()}
 
@@ -356,7 +440,22 @@ class DaemonConfig(Section):
             "ssh.key": self.ssh.key,
             "daemon.secrets_dir": self.daemon.secrets_dir,
             "http.webhook_secret_file": self.http.webhook_secret_file,
+            **{f"upstream.credentials.{n}.file": c.file for n, c in self.upstream.credentials.items()},
         }
+
+    def credential_files(self) -> dict[str, Path | None]:
+        """The daemon's own credentials (never lane secrets): SSH key, webhook secret, upstream tokens."""
+        return {k: v for k, v in self.secret_paths().items() if k != "daemon.secrets_dir"}
+
+    def poll_settings(self) -> PollSettings:
+        """What the upstream pollers get: the declared tokens with their hosts, never the lane secrets."""
+        return PollSettings(
+            data_dir=Path(self.repo.mirror_dir).parent / "upstream",
+            credentials=tuple(
+                UpstreamCredential(name=n, file=c.file, hosts=c.hosts) for n, c in self.upstream.credentials.items()
+            ),
+            allow_insecure_hosts=self.upstream.allow_insecure_hosts,
+        )
 
 
 # -- loading ----------------------------------------------------------------------------
@@ -380,6 +479,8 @@ def _fields_at(loc: tuple[str | int, ...]) -> Mapping[str, Any] | None:
         return _SECTIONS[str(parent[0])].model_fields
     if len(parent) == 2 and parent[0] == "hosts":
         return HostOverrideSettings.model_fields
+    if len(parent) == 3 and parent[:2] == ("upstream", "credentials"):
+        return UpstreamCredentialSettings.model_fields
     return None
 
 

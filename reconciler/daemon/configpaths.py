@@ -71,3 +71,8 @@ def path_or_none(value: Any, info: ValidationInfo) -> Any:
     if isinstance(value, str | Path):
         return expand_path(value, env_of(info), base_dir_of(info))
     return value
+
+
+def same_path(a: Path, b: Path) -> bool:
+    """Whether two paths name one folder (normalised, symlinks resolved where they exist)."""
+    return os.path.realpath(a) == os.path.realpath(b)

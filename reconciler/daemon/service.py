@@ -40,7 +40,8 @@ from reconciler.daemon.trigger import Trigger
 from reconciler.daemon.upstreamjob import upstream_job
 from reconciler.errors import LanesError
 from reconciler.execute.cycle import CycleRunner
-from reconciler.execute.secrets import SecretStore
+from reconciler.execute.secrets import lane_secrets, secret_values
+from reconciler.logsetup import remember_secrets
 from reconciler.source.mirror import Mirror
 from reconciler.source.watch import watch_refs
 from reconciler.store.journal import Store
@@ -94,7 +95,7 @@ class Daemon:
         self.runner = CycleRunner(
             self.transport,
             self.store,
-            SecretStore(cfg.daemon.secrets_dir),
+            lane_secrets(cfg),
             cfg.cycle_settings(),
             ancestry=partial(fix_ancestry, data_dir=upstream_data),
         )
@@ -350,6 +351,8 @@ class Daemon:
         else:
             self.config = new
             self.runner.settings = new.cycle_settings()
+            self.runner.secrets = lane_secrets(new)
+            remember_secrets(secret_values(new))  # secrets added or changed since the start are redacted too
             self.decider.config = new
             log.info("config.reloaded", path=str(self.config_path))
         self.notifier.ready()

@@ -10,8 +10,6 @@ gate), it polls and exports the gap but proposes nothing.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import structlog
 
 from reconciler.daemon.config import DaemonConfig
@@ -19,7 +17,7 @@ from reconciler.daemon.gate import Gate
 from reconciler.daemon.metrics import Metrics
 from reconciler.source.mirror import Mirror
 from reconciler.spec.load import DesiredState
-from reconciler.upstream import PollSettings, ProposalSettings, UpstreamStore, gap_rows, poll_all, propose_all
+from reconciler.upstream import ProposalSettings, UpstreamStore, gap_rows, poll_all, propose_all
 from reconciler.upstream.proposals import TrialFn
 
 log = structlog.get_logger("lanes.upstream")
@@ -40,9 +38,7 @@ async def upstream_job(
         desired = source.act_on(base).desired if base is not None else None
     if desired is None:
         return
-    poll = PollSettings(
-        data_dir=Path(config.repo.mirror_dir).parent / "upstream", credentials_dir=config.daemon.secrets_dir
-    )
+    poll = config.poll_settings()  # the declared tokens and their hosts; never the lane secrets
     with UpstreamStore(config.daemon.db) as store:
         results = await poll_all(desired.upstreams, store, poll)
         for r in results:

@@ -15,6 +15,7 @@ from reconciler.errors import LanesError, StepFailedError
 from reconciler.execute.hostops import HostOps, gather_hosts
 from reconciler.execute.readiness import wait_ready
 from reconciler.execute.specjson import spec_from_json
+from reconciler.logsetup import redact
 from reconciler.plan.steps import LanePlan
 from reconciler.spec.lane import Health
 from reconciler.store.journal import LaneRecord
@@ -44,7 +45,8 @@ async def put_back(
     ops: HostOps, lp: LanePlan, rec: LaneRecord | None, health: Health, log_tail: int, *, wait: bool = True
 ) -> Restore:
     tails = await asyncio.gather(*(ops.logs(h, s.name, log_tail) for h, s in lp.specs))
-    logs = {f"{spec.name}@{host}": tail for (host, spec), tail in zip(lp.specs, tails, strict=True)}
+    # Redacted here, before the tails reach the journal, the result and anything printed from them.
+    logs = {f"{spec.name}@{host}": redact(tail) for (host, spec), tail in zip(lp.specs, tails, strict=True)}
     await gather_hosts([ops.stop_remove(h, s.name) for h, s in lp.specs])
     if rec is None or not restorable(rec, lp):
         return Restore(ok=False, attempted=False, error="no previous spec", logs=logs)

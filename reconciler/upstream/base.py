@@ -4,7 +4,9 @@ Upstream APIs are someone else's servers with someone else's quotas. Each
 poller must (1) spend as little of the quota as it can, (2) stop asking when
 the server says so and remember that across restarts (the store keeps
 `next_allowed`), and (3) ride out short outages without hammering (exponential
-backoff with full jitter). Those rules live here once, so the GitHub, OCI and
+backoff with full jitter), and (4) send a credential only where the daemon's
+settings allow it: the state repository may name a source's URL, never where
+a token goes (`Credential`, `credential_for`). Those rules live here once, so the GitHub, OCI and
 git pollers cannot each get them slightly wrong. The clock is injected so
 tests run backoffs and rate-limit windows in virtual time.
 """
@@ -38,13 +40,31 @@ _CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 PollStatus = Literal["new", "unchanged", "skipped", "rate-limited", "failed"]
 
 
+class UpstreamCredential(BaseModel):
+    """A token the operator declared (the daemon's `[upstream.credentials.<name>]`), and the hosts it may go to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    file: Path = Field(description="the file holding the token (`user:password` for a registry's token realm)")
+    hosts: tuple[str, ...] = Field(min_length=1, description="hosts (or host:port) the token may be sent to")
+
+
 class PollSettings(BaseModel):
     """How the pollers behave; the daemon and `lanes upstream --refresh` pass one in."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     data_dir: Path = Field(default=Path(".lanes/upstream"), description="git mirrors of git-head sources")
-    credentials_dir: Path | None = Field(default=None, description="one file per credential name")
+    credentials_dir: Path | None = Field(
+        default=None, description="one file per credential name, for names the operator chose (push, forge)"
+    )
+    credentials: tuple[UpstreamCredential, ...] = Field(
+        default=(), description="the only tokens a source of upstreams.yaml may use, each with its allowed hosts"
+    )
+    allow_insecure_hosts: tuple[str, ...] = Field(
+        default=(), description="hosts a credential may reach over plain http (loopback test servers only)"
+    )
     timeout_s: float = Field(default=30.0, gt=0)
     attempts: int = Field(default=3, ge=1, description="tries of one request on 5xx or network errors")
     retry_base_s: float = Field(default=1.0, gt=0, description="first wait between tries of one request")
@@ -118,6 +138,74 @@ def read_credential(directory: Path | None, name: str) -> str:
     if directory is None:
         raise PermanentError(f"credential '{name}' is needed but no credentials directory is configured")
     path = directory / name
+    try:
+        value = path.read_text().strip()
+    except OSError as exc:
+        raise PermanentError(f"credential '{name}' cannot be read from {path}: {exc.strerror}") from None
+    if not value:
+        raise PermanentError(f"credential '{name}' in {path} is empty")
+    return value
+
+
+def _host_keys(url: httpx.URL) -> set[str]:
+    host = url.host.lower()
+    return {host, f"{host}:{url.port}"} if url.port else {host}
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A declared token and where it may go: https to one of its hosts (plain http only to an allowed test host)."""
+
+    name: str
+    value: str = field(repr=False)
+    hosts: frozenset[str]
+    insecure_hosts: frozenset[str] = frozenset()
+
+    def host_allowed(self, url: str | httpx.URL) -> bool:
+        return bool(_host_keys(httpx.URL(str(url))) & self.hosts)
+
+    def allows(self, url: str | httpx.URL) -> bool:
+        """Whether this token may be sent with a request to `url`."""
+        parsed = httpx.URL(str(url))
+        if not _host_keys(parsed) & self.hosts:
+            return False
+        if parsed.scheme == "https":
+            return True
+        return parsed.scheme == "http" and bool(_host_keys(parsed) & self.insecure_hosts)
+
+    def refusal(self, url: str | httpx.URL) -> str:
+        parsed = httpx.URL(str(url))
+        where = _public(parsed)
+        if not self.host_allowed(parsed):
+            allowed = ", ".join(sorted(self.hosts))
+            return f"credential '{self.name}' may not be sent to {parsed.host} (the daemon's settings allow {allowed})"
+        return f"credential '{self.name}' is not sent over plain {parsed.scheme} ({where}); https only"
+
+
+def credential_for(settings: PollSettings, name: str | None, url: str | httpx.URL) -> Credential | None:
+    """The token to send to `url`, from the operator's declarations only.
+
+    `name` is what upstreams.yaml asks for (`token_credential`): it must be a
+    declared credential that may go to `url`'s host over https, else the
+    poll fails and nothing is sent. Without a name, the first declared
+    credential that may go to `url` is used, and none is no token.
+    """
+    declared = [c for c in settings.credentials if name is None or c.name == name]
+    if name is not None and not declared:
+        raise PermanentError(
+            f"credential '{name}' is not declared in the daemon's settings ([upstream.credentials.{name}]); not sent"
+        )
+    insecure = frozenset(h.lower() for h in settings.allow_insecure_hosts)
+    for item in declared:
+        candidate = Credential(item.name, "", frozenset(h.lower() for h in item.hosts), insecure)
+        if candidate.allows(url):
+            return replace(candidate, value=_read_token(item.file, item.name))
+        if name is not None:
+            raise PermanentError(candidate.refusal(url))
+    return None
+
+
+def _read_token(path: Path, name: str) -> str:
     try:
         value = path.read_text().strip()
     except OSError as exc:

@@ -7,7 +7,9 @@ first page that holds a release already recorded. The quota headers are read
 on every answer; when they say stop, the deadline goes to the store and the
 source is skipped until then, across restarts. Drafts are not releases and
 are skipped; pre-releases are recorded, flagged, and kept out of the gap.
-The token is sent as a header and nowhere else: not in URLs, logs or sqlite.
+The token is sent as a header and nowhere else: not in URLs, logs or sqlite;
+and only to a host the daemon's settings declare for it, over https
+(`credential_for`): a `Link` to another host gets no token.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ from reconciler.errors import PermanentError, TransientError
 from reconciler.spec.upstream import GitHubReleases
 from reconciler.upstream.base import (
     Clock,
+    Credential,
     PollResult,
     PollSettings,
     PollStatus,
     Requester,
+    credential_for,
     failed,
     mark_polled,
     rate_limited_until,
-    read_credential,
 )
 from reconciler.upstream.store import PollState, ReleaseRecord, UpstreamStore
 from reconciler.upstream.versions import parse_tag
@@ -55,7 +58,7 @@ async def poll_github(
         return PollResult(source.name, source.kind, "skipped", next_allowed=state.next_allowed)
     requester = Requester(client, settings, clock)
     try:
-        token = read_credential(settings.credentials_dir, source.token_credential) if source.token_credential else None
+        token = credential_for(settings, source.token_credential, _first_url(source, settings))
         result = await _poll(source, store, requester, settings, state, token, clock)
     except (TransientError, PermanentError) as exc:
         return failed(source.name, source.kind, store, state, str(exc), requester.count, settings, clock)
@@ -70,10 +73,14 @@ async def poll_github(
     return result
 
 
-def _headers(token: str | None) -> dict[str, str]:
+def _first_url(source: GitHubReleases, settings: PollSettings) -> str:
+    return f"{source.api_url.rstrip('/')}/repos/{source.repo}/releases?per_page={settings.page_size}"
+
+
+def _headers(token: Credential | None, url: str | httpx.URL) -> dict[str, str]:
     headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": API_VERSION}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    if token is not None and token.allows(url):
+        headers["Authorization"] = f"Bearer {token.value}"
     return headers
 
 
@@ -83,18 +90,18 @@ async def _poll(
     requester: Requester,
     settings: PollSettings,
     state: PollState,
-    token: str | None,
+    token: Credential | None,
     clock: Clock,
 ) -> PollResult:
     known = store.known_tags(source.name)
     tag_filter = re.compile(source.tag_filter) if source.tag_filter else None
-    url: str | httpx.URL = f"{source.api_url.rstrip('/')}/repos/{source.repo}/releases?per_page={settings.page_size}"
+    url: str | httpx.URL = _first_url(source, settings)
     new: list[str] = []
     etag: str | None = None
     complete = True
     until: float | None = None
     for page in range(settings.max_pages):
-        headers = _headers(token)
+        headers = _headers(token, url)
         if page == 0 and state.etag:
             headers["If-None-Match"] = state.etag
         response = await requester.send("GET", url, headers)

@@ -45,7 +45,7 @@ async def poll_oci(
         return PollResult(source.name, source.kind, "skipped", next_allowed=state.next_allowed)
     requester = Requester(client, settings, clock)
     try:
-        credential = credential_for(settings, source.token_credential)
+        credential = credential_for(settings, source.token_credential, source.registry, source.insecure)
         reg = RegistryClient(requester, source.registry, source.insecure, credential)
         result = await _poll(source, store, reg, settings, state, clock)
     except (TransientError, PermanentError) as exc:

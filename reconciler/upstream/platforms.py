@@ -143,9 +143,10 @@ async def image_platforms(
     if ref.digest is None:
         raise PermanentError(f"'{pinned}' is not pinned by digest")
     source = source_for(ref.registry, ref.repository, sources)
-    credential = credential_for(settings, source.token_credential) if source else None
+    insecure = bool(source and source.insecure)
+    credential = credential_for(settings, source.token_credential if source else None, ref.registry, insecure)
     requester = Requester(client, settings, clock or Clock())
-    reg = RegistryClient(requester, ref.registry, bool(source and source.insecure), credential)
+    reg = RegistryClient(requester, ref.registry, insecure, credential)
     return ImagePlatforms(pinned, await read_platforms(reg, ref.repository, ref.digest))
 
 

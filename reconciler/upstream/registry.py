@@ -9,8 +9,10 @@ Docker Hub does not count as a pull); a registry that omits the header gets
 a GET and the body is hashed, which is what the digest is by definition.
 Auth follows the distribution token flow: a 401 names a realm, service and
 scope in `WWW-Authenticate`; a token is fetched there (anonymously, or with
-the credential's user:password, never sent to a plain-HTTP realm of a TLS
-registry) and the request is sent again.
+the credential's user:password) and the request is sent again. A credential
+goes only where the daemon's settings allow it (`Credential.allows`): https
+to a declared host, for the registry and for the realm it names alike; a
+registry that names a realm elsewhere gets nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import httpx
 
 from reconciler.errors import PermanentError, TransientError
 from reconciler.spec.upstream import OCIRepository, UpstreamSource
-from reconciler.upstream.base import Clock, PollSettings, Requester, read_credential
+from reconciler.upstream.base import Clock, Credential, PollSettings, Requester
+from reconciler.upstream.base import credential_for as _declared_for
 from reconciler.upstream.store import UpstreamStore
 
 MANIFEST_TYPES = (
@@ -88,14 +91,18 @@ class RegistryClient:
     requester: Requester
     registry: str
     insecure: bool = False
-    credential: str | None = None
+    credential: Credential | None = None
     """`user:password` (NGC: `$oauthtoken:<key>`) for the token realm; without a colon, a bearer token."""
-    _tokens: dict[str, tuple[str, float]] = field(default_factory=dict)
+    _tokens: dict[str, tuple[str, float, bool]] = field(default_factory=dict)
+    """scope -> (Authorization value, expiry, whether it came from the credential)."""
 
     @property
     def base(self) -> str:
-        host = "registry-1.docker.io" if self.registry in _HUB_ALIASES else self.registry
-        return f"{'http' if self.insecure else 'https'}://{host}"
+        return registry_base(self.registry, self.insecure)
+
+    @property
+    def secret(self) -> str | None:
+        return self.credential.value if self.credential is not None else None
 
     async def request(
         self,
@@ -106,44 +113,51 @@ class RegistryClient:
         extra: dict[str, str] | None = None,
     ) -> httpx.Response:
         scope = f"repository:{repository}:pull"
-        response = await self.requester.send(method, url, {**self._headers(scope, accept), **(extra or {})})
+        response = await self.requester.send(method, url, {**self._headers(scope, accept, url), **(extra or {})})
         if response.status_code != 401:
             return response
         challenge = response.headers.get("www-authenticate", "")
-        await self._authenticate(challenge, scope)
-        response = await self.requester.send(method, url, {**self._headers(scope, accept), **(extra or {})})
+        await self._authenticate(challenge, scope, url)
+        response = await self.requester.send(method, url, {**self._headers(scope, accept, url), **(extra or {})})
         if response.status_code == 401:
             raise PermanentError(f"{self.registry}/{repository}: the registry refused the credentials (HTTP 401)")
         return response
 
-    def _headers(self, scope: str, accept: str | None) -> dict[str, str]:
+    def _headers(self, scope: str, accept: str | None, url: str | httpx.URL) -> dict[str, str]:
         headers = {"Accept": accept} if accept else {}
         token = self._tokens.get(scope)
-        if token is not None and token[1] > time.monotonic():
+        fresh = token is not None and token[1] > time.monotonic()
+        if token is not None and fresh and (not token[2] or (self.credential and self.credential.allows(url))):
             headers["Authorization"] = token[0]
         return headers
 
-    async def _authenticate(self, challenge: str, scope: str) -> None:
+    def _may_send(self, url: str | httpx.URL) -> None:
+        if self.credential is not None and not self.credential.allows(url):
+            raise PermanentError(f"{self.registry}: {self.credential.refusal(url)}")
+
+    async def _authenticate(self, challenge: str, scope: str, url: str | httpx.URL) -> None:
         scheme, _, params_text = challenge.strip().partition(" ")
         params = dict(_CHALLENGE_PARAM.findall(params_text))
+        secret = self.secret
         if scheme.lower() == "basic":
-            if not self.credential or ":" not in self.credential:
+            if not secret or ":" not in secret:
                 raise PermanentError(f"{self.registry}: the registry asks for a user and password; none configured")
-            encoded = base64.b64encode(self.credential.encode()).decode()
-            self._tokens[scope] = (f"Basic {encoded}", time.monotonic() + 3600)
+            self._may_send(url)
+            encoded = base64.b64encode(secret.encode()).decode()
+            self._tokens[scope] = (f"Basic {encoded}", time.monotonic() + 3600, True)
             return
         if scheme.lower() != "bearer" or "realm" not in params:
             raise PermanentError(f"{self.registry}: unsupported authentication challenge '{scheme or '(none)'}'")
-        if self.credential and ":" not in self.credential:
-            self._tokens[scope] = (f"Bearer {self.credential}", time.monotonic() + 3600)
+        if secret and ":" not in secret:
+            self._may_send(url)
+            self._tokens[scope] = (f"Bearer {secret}", time.monotonic() + 3600, True)
             return
         realm = httpx.URL(params["realm"])
-        if realm.scheme != "https" and not self.insecure and self.credential:
-            raise PermanentError(f"{self.registry}: token realm {realm} is not https; credentials not sent")
         query = {"service": params.get("service", ""), "scope": params.get("scope", scope)}
         auth = None
-        if self.credential:
-            user, _, password = self.credential.partition(":")
+        if secret:
+            self._may_send(realm)
+            user, _, password = secret.partition(":")
             auth = httpx.BasicAuth(user, password)
         url = realm.copy_merge_params({k: v for k, v in query.items() if v})
         response = await self.requester.send("GET", url, auth=auth)
@@ -155,8 +169,9 @@ class RegistryClient:
             raise PermanentError(f"{self.registry}: token answer holds no token")
         lifetime = body.get("expires_in", 60)
         lifetime = lifetime if isinstance(lifetime, int) and lifetime > 0 else 60
-        self._tokens[params.get("scope", scope)] = (f"Bearer {token}", time.monotonic() + max(30, lifetime - 10))
-        self._tokens[scope] = self._tokens[params.get("scope", scope)]
+        entry = (f"Bearer {token}", time.monotonic() + max(30, lifetime - 10), bool(secret))
+        self._tokens[params.get("scope", scope)] = entry
+        self._tokens[scope] = entry
 
 
 async def manifest_digest(reg: RegistryClient, repository: str, reference: str) -> str | None:
@@ -186,8 +201,14 @@ def raise_for(response: httpx.Response, what: str) -> None:
     raise TransientError(f"{what}: HTTP {code}")
 
 
-def credential_for(settings: PollSettings, name: str | None) -> str | None:
-    return read_credential(settings.credentials_dir, name) if name else None
+def registry_base(registry: str, insecure: bool) -> str:
+    host = DOCKER_HUB if registry in _HUB_ALIASES else registry
+    return f"{'http' if insecure else 'https'}://{host}"
+
+
+def credential_for(settings: PollSettings, name: str | None, registry: str, insecure: bool) -> Credential | None:
+    """The declared credential that may go to this registry (see `base.credential_for`)."""
+    return _declared_for(settings, name, registry_base(registry, insecure) + "/v2/")
 
 
 def source_for(registry: str, repository: str, sources: Sequence[UpstreamSource]) -> OCIRepository | None:
@@ -221,8 +242,9 @@ async def resolve_image(
         if recorded is not None and recorded.digest:
             return ref.pinned(recorded.digest)
     requester = Requester(client, settings, clock or Clock())
-    credential = credential_for(settings, source.token_credential) if source else None
-    reg = RegistryClient(requester, ref.registry, bool(source and source.insecure), credential)
+    insecure = bool(source and source.insecure)
+    credential = credential_for(settings, source.token_credential if source else None, ref.registry, insecure)
+    reg = RegistryClient(requester, ref.registry, insecure, credential)
     digest = await manifest_digest(reg, ref.repository, tag)
     if digest is None:
         raise TransientError(f"{ref.registry}/{ref.repository}:{tag} is not in the registry (yet)")

@@ -21,6 +21,7 @@ from reconciler.daemon.config import (
     HttpSettings,
     RepoSettings,
     SshSettings,
+    UpstreamCredentialSettings,
     UpstreamSettings,
     load_config,
     parse_config,
@@ -38,6 +39,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "http": HttpSettings,
     "hosts.<name>": HostOverrideSettings,
     "upstream": UpstreamSettings,
+    "upstream.credentials.<name>": UpstreamCredentialSettings,
     "bench": BenchSettings,
 }
 NO_ENV: dict[str, str] = {"HOME": "/home/op"}

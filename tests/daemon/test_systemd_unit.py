@@ -65,9 +65,11 @@ def test_the_unit_says_what_the_daemon_relies_on() -> None:
     assert s["StateDirectory"] == ["lanes"] and s["ConfigurationDirectory"] == ["lanes"]
     credentials = dict(v.split(":", 1) for v in s["LoadCredential"])
     assert credentials["ssh-key"] == "/etc/lanes/credentials/ssh-key"
-    assert {"hf-token", "github-token", "webhook-secret"} <= set(credentials)
-    for name in ("hf-token", "github-token", "webhook-secret"):
+    assert {"github-token", "webhook-secret"} <= set(credentials)
+    for name in ("github-token", "webhook-secret"):
         assert not credentials[name].startswith("/"), f"{name}: optional, so looked up in the credstore, not pathed"
+    # Lane secrets come from their own folder, as lane_<file>: apart from the daemon's credentials (issue 14).
+    assert credentials["lane"] == "/etc/lanes/lane-secrets" and "hf-token" not in credentials
     # The config defaults point at what this unit provides.
     assert {
         "STATE_DIRECTORY": "/var/lib/" + s["StateDirectory"][0],
