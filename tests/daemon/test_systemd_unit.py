@@ -78,6 +78,15 @@ def test_the_unit_says_what_the_daemon_relies_on() -> None:
     } == SYSTEMD_ENV
 
 
+def test_the_unit_bounds_descriptors_memory_and_tasks() -> None:
+    """A 1,000-host SSH pool alone keeps ~1,000 sockets open: the default soft limit (1,024) would not do."""
+    s = settings(UNIT.read_text())
+    assert int(s["LimitNOFILE"][0]) >= 1000 + 4096 + 1024  # the pool, the HTTP cap's maximum, the rest
+    memory = s["MemoryMax"][0]
+    assert memory.endswith("G") and 0.5 <= float(memory[:-1]) <= 4, memory  # ~7x the measured peak (142 MB)
+    assert 64 <= int(s["TasksMax"][0]) <= 4096
+
+
 @needs_analyze
 def test_systemd_analyze_verify_passes(tmp_path: Path) -> None:
     """verify checks that ExecStart= is executable, so a copy points it at this venv's `lanes`; nothing else changes."""
