@@ -63,9 +63,7 @@ PROPOSED_FIELDS = frozenset({"image", "engine_version"})
 """What a proposal commit changes in a lane, and all a trial takes from it."""
 
 
-def _candidate(
-    config: DaemonConfig, mirror: Mirror, gate: Gate, lane: Lane, commit: str
-) -> tuple[Lane, LoadedCommit]:
+def _candidate(config: DaemonConfig, mirror: Mirror, gate: Gate, lane: Lane, commit: str) -> tuple[Lane, LoadedCommit]:
     """The trial lane and the verified commit it runs against; UnverifiedCommitError when not allowed."""
     assert lane.track is not None
     base = gate.trusted
