@@ -30,12 +30,13 @@ from reconciler.plan.steps import Cause
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.source.mirror import Mirror
 from reconciler.source.notes import write_verdict_note
-from reconciler.source.signatures import verify_commit
+from reconciler.source.signatures import EVIDENCE_PRINCIPAL, verify_commit
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
 from reconciler.store.trust import allowed_rewind, anchor, set_anchor
 
 log = structlog.get_logger("lanes.daemon")
+EVIDENCE_DIR = "evidence"
 
 
 def log_progress(event: ProgressEvent) -> None:
@@ -155,13 +156,39 @@ class CommitDecider:
             stamp = str(signers.stat().st_mtime_ns) if signers is not None else ""
         except OSError:
             stamp = "missing"
-        key = (sha, mode, str(signers), stamp)
+        # Judged again each hour: a key's valid-before, or its gpg expiry, is checked at the time of the check.
+        key = (sha, mode, str(signers), stamp, str(int(time.time() // 3600)))
         if key not in self._signatures:
             check = verify_commit(self.mirror.repo, sha, mode=mode, allowed_signers=signers)
-            if len(self._signatures) > 64:
+            result = (check.ok, check.signer, check.reason)
+            if check.ok and check.evidence_only:
+                result = self._evidence_only(sha, check.signer or EVIDENCE_PRINCIPAL, mode)
+            if len(self._signatures) > 256:
                 self._signatures.clear()
-            self._signatures[key] = (check.ok, check.signer, check.reason)
+            self._signatures[key] = result
         return self._signatures[key]
+
+    def _evidence_only(self, sha: str, signer: str, mode: Literal["ssh", "gpg"]) -> tuple[bool, str | None, str]:
+        """The daemon's evidence key vouches for `evidence/` alone: the rest must be its parent's, itself accepted."""
+        commit = self.mirror.repo[sha].peel(pygit2.Commit)
+        assert isinstance(commit, pygit2.Commit)
+        if len(commit.parents) != 1:
+            return False, None, f"commit {sha[:12]} is signed by the evidence key {signer} but has not one parent"
+        parent = commit.parents[0]
+        diff = parent.tree.diff_to_tree(commit.tree)
+        for delta in diff.deltas:
+            for path in {delta.old_file.path, delta.new_file.path}:
+                if not path.startswith(EVIDENCE_DIR + "/"):
+                    return (
+                        False,
+                        None,
+                        f"commit {sha[:12]} is signed by the evidence key {signer}, which may only add "
+                        f"{EVIDENCE_DIR}/, but changes {path}",
+                    )
+        ok, parent_signer, why = self._signature(str(parent.id), mode)
+        if not ok:
+            return False, None, f"commit {sha[:12]} adds evidence on top of a commit that is not accepted: {why}"
+        return True, signer, f"commit {sha[:12]}: evidence by {signer} on {str(parent.id)[:12]} ({parent_signer})"
 
     def _rewind(self, sha: str) -> str | None:
         """A head that does not descend from the last applied commit is a replay until an operator allows it."""

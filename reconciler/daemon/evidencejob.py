@@ -3,7 +3,11 @@
 Runs inside the reconcile cycle, after the applies, so a benchmark never
 overlaps a change to the same hosts; the evidence commit (own identity,
 trailers `Lane:`, `Evidence-For:`, `pp:`, `tg:`) moves the branch, which the
-daemon then sees as a commit that changes no lane.
+daemon then sees as a commit that changes no lane. With SSH-signed commits
+required, the daemon signs it with its own key (`ssh.key`, listed in the
+allowed signers as `lanes-evidence`) and builds it only on the commit it
+verified and decided (or its own evidence commits on it): see
+`reconciler.source.evidence` for why evidence stays on the watched branch.
 """
 
 from __future__ import annotations
@@ -69,14 +73,15 @@ async def benchmark_changed(
         return []
     targets = targets_for(desired, config.overrides())
     local = Path(config.repo.url) if config.repo.is_local and (Path(config.repo.url) / ".git").exists() else None
-    made = []
+    signing = config.repo.require_signed_commits == "ssh"
+    made: list[str] = []
     for r in result.results:
         lane = desired.lanes.get(r.lane)
         if r.result != "applied" or lane is None or not lane.running:
             continue
         url = f"http://{targets[lane.hosts[0]].address}:{lane.port}"
         try:
-            baseline = baseline_evidence(mirror, lane.name)
+            baseline = baseline_evidence(mirror, lane.name, at=desired.commit)
             ev = await benchmark_lane(desired, lane.name, url=url, baseline=baseline)
             path = evidence.evidence_path(ev)
             files = {
@@ -90,6 +95,8 @@ async def benchmark_changed(
                 evidence_message(ev, desired.commit),
                 branch=config.repo.branch,
                 local_worktree=local,
+                signing_key=config.ssh.key if signing else None,
+                parents={desired.commit, *made} if signing else None,
             )
         except (LanesError, OSError) as exc:
             log.warning("evidence.failed", lane=lane.name, error=str(exc))

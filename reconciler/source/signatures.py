@@ -12,6 +12,7 @@ the signature and payload are read from the commit object by libgit2
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +24,10 @@ from typing import Literal
 import pygit2
 
 SSH_NAMESPACE = "git"
+EVIDENCE_PRINCIPAL = "lanes-evidence"
+"""The principal (alone, or as `lanes-evidence@<host>`) that declares a key in the allowed signers as the
+daemon's own, for its evidence commits: a commit it signs is accepted only when it adds nothing but
+files under `evidence/` on top of a commit that is itself accepted (the decider checks that)."""
 TOOL_TIMEOUT_S = 30.0
 
 _SSH_ARMOR = b"-----BEGIN SSH SIGNATURE-----"
@@ -34,6 +39,12 @@ class SignatureCheck:
     ok: bool
     signer: str | None
     reason: str
+    evidence_only: bool = False
+    """Signed by the daemon's evidence key: good only for a commit that touches nothing but `evidence/`."""
+
+
+def is_evidence_principal(principal: str) -> bool:
+    return principal == EVIDENCE_PRINCIPAL or principal.startswith(EVIDENCE_PRINCIPAL + "@")
 
 
 def _short(sha: str) -> str:
@@ -78,25 +89,33 @@ def verify_commit(
         if not is_ssh:
             kind = "a GPG" if is_pgp else "an unknown kind of"
             return SignatureCheck(False, None, f"commit {_short(full)} has {kind} signature; SSH signatures required")
-        return _verify_ssh(full, signature, payload, allowed_signers, commit.committer.time)
+        return _verify_ssh(full, signature, payload, allowed_signers)
     if not is_pgp:
         kind = "an SSH" if is_ssh else "an unknown kind of"
         return SignatureCheck(False, None, f"commit {_short(full)} has {kind} signature; GPG signatures required")
-    return _verify_gpg(full, signature, payload, gpg_home)
+    if gpg_home is not None:
+        return _verify_gpg(full, signature, payload, gpg_home)
+    return _verify_gpg_with(full, signature, payload, allowed_signers)
 
 
-def _verify_time(epoch: int) -> str:
-    # ssh-keygen checks valid-after/valid-before of the allowed key at this time, as git does.
-    return time.strftime("%Y%m%d%H%M%S", time.gmtime(epoch)) + "Z"
+def _verify_time() -> str:
+    """Now, never the commit's own dates: the signer writes those.
+
+    `git verify-commit` passes the committer date (`-Overify-time=`, git's gpg-interface.c since 2.34), so
+    a key past its `valid-before` still signs "old" commits; ssh-keygen(1) on `-O verify-time=timestamp`:
+    "Specifies a time to use when validating signatures instead of the current time". We pass the
+    current time explicitly, which is also ssh-keygen's default without the option.
+    """
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime()) + "Z"
 
 
-def _verify_ssh(sha: str, signature: bytes, payload: bytes, allowed_signers: Path | None, when: int) -> SignatureCheck:
+def _verify_ssh(sha: str, signature: bytes, payload: bytes, allowed_signers: Path | None) -> SignatureCheck:
     if allowed_signers is None or not allowed_signers.is_file():
         return SignatureCheck(False, None, f"no allowed signers file at {allowed_signers}; cannot verify {_short(sha)}")
     tool = shutil.which("ssh-keygen")
     if tool is None:
         return SignatureCheck(False, None, "ssh-keygen is not installed; cannot verify SSH signatures")
-    verify_time = f"verify-time={_verify_time(when)}"
+    verify_time = f"verify-time={_verify_time()}"
     with tempfile.TemporaryDirectory(prefix="lanes-sig-") as tmp:
         sigfile = Path(tmp) / "commit.sig"
         sigfile.write_bytes(signature)
@@ -112,7 +131,8 @@ def _verify_ssh(sha: str, signature: bytes, payload: bytes, allowed_signers: Pat
                 False, None, f"commit {_short(sha)} is signed by a key not in the allowed signers ({_last_line(out)})"
             )
         reasons = []
-        for principal in principals:
+        # A person's principal first: a key listed for both is a person's key.
+        for principal in sorted(principals, key=is_evidence_principal):
             code, out = _run(
                 [
                     tool,
@@ -132,9 +152,47 @@ def _verify_ssh(sha: str, signature: bytes, payload: bytes, allowed_signers: Pat
                 stdin=payload,
             )
             if code == 0:
-                return SignatureCheck(True, principal, f"commit {_short(sha)}: good signature by {principal}")
+                return SignatureCheck(
+                    True,
+                    principal,
+                    f"commit {_short(sha)}: good signature by {principal}",
+                    evidence_only=is_evidence_principal(principal),
+                )
             reasons.append(_last_line(out))
     return SignatureCheck(False, None, f"commit {_short(sha)}: bad SSH signature: {'; '.join(reasons)}")
+
+
+def _verify_gpg_with(sha: str, signature: bytes, payload: bytes, allowed: Path | None) -> SignatureCheck:
+    """Verify against a private keyring (GNUPGHOME) holding only the keys of the `allowed_signers` export.
+
+    Built afresh for each check in a short temporary folder and removed after: no key a person or another
+    tool imported elsewhere is trusted, and a key removed from the file is no longer accepted.
+    """
+    if allowed is None or not allowed.is_file():
+        return SignatureCheck(False, None, f"no allowed signers file at {allowed}; cannot verify {_short(sha)}")
+    tool = shutil.which("gpg")
+    if tool is None:
+        return SignatureCheck(False, None, "gpg is not installed on this host; cannot verify GPG signatures")
+    # Short: gpg puts its sockets in the home and a sun_path holds 108 bytes.
+    home = Path(tempfile.mkdtemp(prefix="lanes-gpg-", dir="/tmp" if Path("/tmp").is_dir() else None))
+    try:
+        home.chmod(0o700)
+        code, out = _run(
+            [tool, "--homedir", str(home), "--batch", "--no-tty", "--quiet", "--import", str(allowed)],
+            env=_gpg_env(home),
+        )
+        if code != 0:
+            return SignatureCheck(False, None, f"the allowed signers {allowed} do not import: {_last_line(out)}")
+        return _verify_gpg(sha, signature, payload, home)
+    finally:
+        gpgconf = shutil.which("gpgconf")
+        if gpgconf is not None:  # an agent or dirmngr this home started ends with it
+            _run([gpgconf, "--homedir", str(home), "--kill", "all"], env=_gpg_env(home))
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _gpg_env(home: Path) -> dict[str, str]:
+    return {"GNUPGHOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 
 
 def _verify_gpg(sha: str, signature: bytes, payload: bytes, gpg_home: Path | None) -> SignatureCheck:
@@ -146,14 +204,18 @@ def _verify_gpg(sha: str, signature: bytes, payload: bytes, gpg_home: Path | Non
     with tempfile.TemporaryDirectory(prefix="lanes-sig-") as tmp:
         sigfile = Path(tmp) / "commit.asc"
         sigfile.write_bytes(signature)
-        argv = [tool, "--homedir", str(gpg_home), "--batch", "--no-tty", "--status-fd", "1"]
+        # No time is handed to gpg: it reports a key that is expired or revoked as of now (EXPKEYSIG, REVKEYSIG
+        # in gnupg's doc/DETAILS, "the signature was made by an expired key") and an expired signature
+        # (EXPSIG), all refused below, so the creation time the signer wrote does not keep a stale key good.
+        # The keyring holds only allowed keys: their owner trust is not asked (--trust-model always).
+        argv = [tool, "--homedir", str(gpg_home), "--batch", "--no-tty", "--trust-model", "always", "--status-fd", "1"]
         argv += ["--verify", str(sigfile), "-"]
         code, out = _run(argv, stdin=payload)
     status = [line.split()[1:] for line in out.splitlines() if line.startswith("[GNUPG:] ")]
     keywords = {words[0] for words in status if words}
     good = next((words for words in status if words and words[0] == "GOODSIG"), None)
     valid = next((words for words in status if words and words[0] == "VALIDSIG"), None)
-    if code == 0 and good and valid and not keywords & {"BADSIG", "ERRSIG", "EXPKEYSIG", "REVKEYSIG"}:
+    if code == 0 and good and valid and not keywords & {"BADSIG", "ERRSIG", "EXPSIG", "EXPKEYSIG", "REVKEYSIG"}:
         signer = f"{' '.join(good[2:])} ({valid[1]})"
         return SignatureCheck(True, signer, f"commit {_short(sha)}: good signature by {signer}")
     if "NO_PUBKEY" in keywords or "ERRSIG" in keywords:
@@ -165,3 +227,27 @@ def _verify_gpg(sha: str, signature: bytes, payload: bytes, gpg_home: Path | Non
     if "REVKEYSIG" in keywords:
         return SignatureCheck(False, None, f"commit {_short(sha)}: the signing key is revoked")
     return SignatureCheck(False, None, f"commit {_short(sha)}: GPG verification failed: {_last_line(out)}")
+
+
+def ssh_sign(key: Path, payload: bytes) -> bytes:
+    """An SSH signature over `payload` in the "git" namespace, as `git commit -S` with gpg.format=ssh makes.
+
+    The daemon signs its evidence commits with its own key this way (`ssh-keygen -Y sign`, reading the
+    payload on stdin and writing the armored signature on stdout).
+    """
+    tool = shutil.which("ssh-keygen")
+    if tool is None:
+        raise OSError("ssh-keygen is not installed; cannot sign evidence commits")
+    try:
+        result = subprocess.run(
+            [tool, "-q", "-Y", "sign", "-n", SSH_NAMESPACE, "-f", str(key)],
+            input=payload,
+            capture_output=True,
+            timeout=TOOL_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise OSError(f"ssh-keygen -Y sign timed out after {TOOL_TIMEOUT_S:.0f} s") from exc
+    if result.returncode != 0 or not result.stdout.startswith(_SSH_ARMOR):
+        raise OSError(f"ssh-keygen -Y sign with {key} failed: {_last_line(result.stderr.decode('utf-8', 'replace'))}")
+    return result.stdout
