@@ -1,0 +1,87 @@
+"""GPG mode end to end, with real gpg, through the real daemon process: the keyring is built from the
+`allowed_signers` export; a commit signed by an allowed key is applied, an unsigned one and one signed by
+another key are refused."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from tests.source.test_signatures import gpg_sign, run
+from tests.support.example import EUGR, example_state, fast, fast_files, loaded
+from tests.support.sparks import loopback
+from tests.support.waiting import wait_for
+from tests.support.world import world_over
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+_salt = itertools.count(211)
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {"GNUPGHOME": str(home), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+
+
+@pytest.fixture
+def homes() -> Iterator[tuple[Path, Path]]:
+    """Alice's signing home (her key is allowed) and Mallory's (not allowed); short paths for gpg's sockets."""
+    if shutil.which("gpg") is None or shutil.which("gpgconf") is None:
+        pytest.skip("gpg is not installed")
+    made = [Path(tempfile.mkdtemp(prefix="lg", dir="/tmp")) for _ in range(2)]
+    try:
+        people = ("Alice Operator <alice@example.org>", "Mallory <mallory@example.org>")
+        for home, who in zip(made, people, strict=True):
+            home.chmod(0o700)
+            gen = ("--quick-gen-key", who, "ed25519", "sign", "never")
+            run("gpg", "--batch", "--passphrase", "", *gen, env=_env(home))
+        yield made[0], made[1]
+    finally:
+        for home in made:
+            subprocess.run(["gpgconf", "--kill", "all"], env=_env(home), capture_output=True, check=False, timeout=30)
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def gpg_commit(repo: pygit2.Repository, home: Path | None, files: dict[str, bytes], message: str) -> str:
+    """A commit of `files` onto main, GPG-signed from `home` (unsigned when None)."""
+    index = pygit2.Index()
+    for p, data in sorted(files.items()):
+        index.add(pygit2.IndexEntry(p, repo.create_blob(data), pygit2.enums.FileMode.BLOB))
+    tree = index.write_tree(repo)
+    ref = repo.references.get("refs/heads/main")
+    parents = [ref.target] if ref is not None else []
+    who = pygit2.Signature("Alice Operator", "alice@example.org")
+    if home is None:
+        oid = repo.create_commit(None, who, who, message, tree, parents)
+    else:
+        content = str(repo.create_commit_string(who, who, message, tree, parents))
+        oid = repo.create_commit_with_signature(content, gpg_sign(home, content))
+    repo.references.create("refs/heads/main", oid, force=True)
+    return str(oid)
+
+
+async def test_gpg_signed_heads_apply_and_others_are_refused(tmp_path: Path, homes: tuple[Path, Path]) -> None:
+    alice, mallory = homes
+    allowed = tmp_path / "allowed.asc"
+    allowed.write_bytes(run("gpg", "--batch", "--armor", "--export", "alice@example.org", env=_env(alice)))
+    async with world_over(loaded(fast(example_state())), tmp_path, tmp_path / "simwork", loopback(next(_salt))) as w:
+        git = w.repo.repo
+        unsigned = gpg_commit(git, None, fast_files(), "unsigned fleet\n")
+        d = w.add_daemon("daemon", extra=f'require_signed_commits = "gpg"\nallowed_signers = "{allowed}"')
+        await d.start()
+        await wait_for(lambda: w.outcome(unsigned) == "refused", 30, "the unsigned head refused")
+        assert "is not signed" in w.commit_outcome(unsigned)["detail"]["refused"]
+
+        good = gpg_commit(git, alice, fast_files(), "signed fleet\n")
+        await w.deployed(good)
+        assert w.outcome(good) == "applied"
+
+        stranger = gpg_commit(git, mallory, fast_files(**{EUGR: {"max_num_seqs": 4}}), "eugr: 4 sequences\n")
+        await wait_for(lambda: w.outcome(stranger) == "refused", 30, "the head signed by another key refused")
+        assert "not in the keyring" in w.commit_outcome(stranger)["detail"]["refused"]
+        assert w.health(EUGR) == ("healthy", good)
