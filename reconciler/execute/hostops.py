@@ -26,7 +26,13 @@ from reconciler.errors import (
     TransientError,
 )
 from reconciler.facts import docker
-from reconciler.facts.commands import dropcaches_argv, envfile_argv, gpufree_argv, lease_argv
+from reconciler.facts.commands import (
+    dropcaches_argv,
+    envfile_argv,
+    envfile_remove_argv,
+    gpufree_argv,
+    lease_argv,
+)
 from reconciler.facts.container import ContainerSpec
 from reconciler.facts.imagecheck import LAUNCHER_MISSING_EXIT, launcher_check_argv, missing_from
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
@@ -132,6 +138,9 @@ class HostOps:
 
     async def write_env_file(self, host: str, path: str, content: str) -> None:
         await self.run(host, envfile_argv(path), input=content)
+
+    async def remove_env_files(self, host: str, paths: Sequence[str]) -> None:
+        await self.run(host, envfile_remove_argv(paths))
 
     async def stop_remove(self, host: str, name: str) -> None:
         await self.run(

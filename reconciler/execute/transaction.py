@@ -2,7 +2,9 @@
 
 deploy: lease -> pull (digest verified) -> env files -> stop old ranks -> (drop caches) -> start ranks
 in the engine's order -> readiness gate -> record. verify: lease -> readiness gate of ranks that already
-run the desired spec but were never seen ready (a daemon killed during the wait). stop: lease -> stop.
+run the desired spec but were never seen ready (a daemon killed during the wait). stop: lease -> stop
+-> remove the ranks' env files. A deploy whose new ranks passed the gate then removes the env files of
+old ranks that it did not write (best effort, as that removal is: a failure is said, nothing undone).
 
 Everything that can fail without touching running ranks (leases, pulls, secrets) happens before the
 old ranks stop, so such a failure leaves the old lane serving. After that, a failure keeps each rank's
@@ -38,6 +40,7 @@ from reconciler.plan.steps import (
     DropCaches,
     LanePlan,
     PullImages,
+    RemoveEnvFiles,
     StartRanks,
     Step,
     StopContainers,
@@ -59,6 +62,10 @@ class Shared:
     config: ExecutorConfig
     progress: ProgressFn
     leases: Leases
+
+
+class _NotDoneError(Exception):
+    """A best-effort step did not get done: journaled and said, not a failure of the lane."""
 
 
 class LaneTransaction:
@@ -139,6 +146,11 @@ class LaneTransaction:
         self.s.progress(ProgressEvent(lp.lane, step.kind, "started", step.describe()))
         try:
             await self._do(step)
+        except _NotDoneError as exc:
+            # Best effort (removing env files no rank needs): journaled and said, the lane goes on.
+            store.step_finished(step_id, error=str(exc))
+            self.s.progress(ProgressEvent(lp.lane, step.kind, "failed", str(exc)))
+            return
         except BaseException as exc:
             store.step_finished(step_id, error=str(exc) or type(exc).__name__)
             self.s.progress(ProgressEvent(lp.lane, step.kind, "failed", str(exc)))
@@ -171,6 +183,8 @@ class LaneTransaction:
         elif isinstance(step, StartRanks):
             self.touched = True
             run = partial(self._start, step)
+        elif isinstance(step, RemoveEnvFiles):
+            run = partial(self._remove_env_files, step)
         else:
             assert isinstance(step, WaitReady)
             ranks = self.started_ranks
@@ -207,6 +221,14 @@ class LaneTransaction:
         errors = await gather_hosts([self.s.ops.write_env_file(host, path, text) for host, path, text in texts])
         if errors:
             raise StepFailedError.wrap("env-files", errors, touched=False)
+
+    async def _remove_env_files(self, step: RemoveEnvFiles) -> None:
+        by_host: dict[str, list[str]] = {}
+        for host, path in step.files:
+            by_host.setdefault(host, []).append(path)
+        errors = await gather_hosts([self.s.ops.remove_env_files(h, paths) for h, paths in by_host.items()])
+        if errors:
+            raise _NotDoneError("; ".join(str(e) for e in errors))
 
     async def _stop(self, step: StopContainers) -> None:
         errors = await gather_hosts([self.s.ops.stop_remove(c.host, c.name) for c in step.containers])
@@ -245,11 +267,9 @@ class LaneTransaction:
     def _succeeded(self) -> LaneResult:
         lp = self.lp
         self.timings["total"] = round(time.monotonic() - self.t0, 3)
-        head = lp.steps[-1]
+        head = next((step for step in reversed(lp.steps) if isinstance(step, WaitReady)), None)
         gate_at = (
-            {"host": head.host, "port": head.port, "served_model": head.served_model}
-            if isinstance(head, WaitReady)
-            else None
+            {"host": head.host, "port": head.port, "served_model": head.served_model} if head is not None else None
         )
         fields: dict[str, Any] = {
             "applied_commit": lp.commit,

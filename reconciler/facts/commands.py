@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from reconciler.facts.envfile_script import ENVFILE_REFUSED_EXIT, ENVFILE_SCRIPT
 from reconciler.facts.gpu_script import GPU_FREE_SCRIPT
 from reconciler.facts.lease_script import LEASE_SCRIPT
 from reconciler.facts.probe_script import PROBE_SCRIPT
@@ -24,20 +25,25 @@ from reconciler.facts.probe_script import PROBE_SCRIPT
 __all__ = [
     "DROPCACHES_MARKER",
     "ENVFILE_MARKER",
+    "ENVFILE_REFUSED_EXIT",
+    "ENVFILE_SCRIPT",
     "GPUFREE_MARKER",
     "LEASE_MARKER",
     "LEASE_SCRIPT",
     "MARKERS",
     "PROBE_MARKER",
     "PROBE_SCRIPT",
+    "EnvFileRequest",
     "LeaseRequest",
     "ProbeRequest",
     "command_marker",
     "dropcaches_argv",
     "envfile_argv",
+    "envfile_remove_argv",
     "gpufree_argv",
     "lease_argv",
     "probe_argv",
+    "read_envfile_argv",
     "read_lease_argv",
     "read_probe_argv",
 ]
@@ -49,9 +55,6 @@ DROPCACHES_MARKER = "lanes-dropcaches"
 GPUFREE_MARKER = "lanes-gpufree"
 MARKERS = frozenset({PROBE_MARKER, LEASE_MARKER, ENVFILE_MARKER, DROPCACHES_MARKER, GPUFREE_MARKER})
 
-# umask before mkdir and cat: the env file holds secrets, so it is 0600 from
-# the moment it exists (and its directory 0700 when we create it).
-ENVFILE_SCRIPT = 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
 DROPCACHES_SCRIPT = "sync && echo 3 > /proc/sys/vm/drop_caches"
 
 # -I: isolated mode, so a host's PYTHONPATH or a stray file in the login
@@ -80,8 +83,13 @@ def lease_argv(action: Literal["acquire", "release"], lease_file: str, owner: st
 
 
 def envfile_argv(path: str) -> list[str]:
-    """Write stdin to `path` with mode 0600: how secrets reach a host."""
-    return ["sh", "-c", ENVFILE_SCRIPT, ENVFILE_MARKER, path]
+    """Write stdin to `path`: a new 0600 file renamed into place, no symlink followed (`facts/envfile_script.py`)."""
+    return [*_PYTHON, ENVFILE_SCRIPT, ENVFILE_MARKER, "write", path]
+
+
+def envfile_remove_argv(paths: Sequence[str]) -> list[str]:
+    """Remove env files (a missing one is fine; a symlink goes, its target stays)."""
+    return [*_PYTHON, ENVFILE_SCRIPT, ENVFILE_MARKER, "remove", *paths]
 
 
 def dropcaches_argv() -> list[str]:
@@ -130,6 +138,26 @@ class LeaseRequest:
     lease_file: str
     owner: str
     ttl_s: int
+
+
+@dataclass(frozen=True)
+class EnvFileRequest:
+    """The arguments of an env-file command, read back."""
+
+    action: Literal["write", "remove"]
+    paths: tuple[str, ...]
+
+
+def read_envfile_argv(argv: Sequence[str]) -> EnvFileRequest:
+    """Inverse of `envfile_argv` and `envfile_remove_argv`; ValueError when `argv` is neither."""
+    if command_marker(argv) != ENVFILE_MARKER:
+        raise ValueError("not an env-file command")
+    rest = list(argv[5:])
+    if len(rest) == 2 and rest[0] == "write":
+        return EnvFileRequest("write", (rest[1],))
+    if rest and rest[0] == "remove":
+        return EnvFileRequest("remove", tuple(rest[1:]))
+    raise ValueError(f"malformed env-file arguments: {rest!r}")
 
 
 def read_probe_argv(argv: Sequence[str]) -> ProbeRequest:

@@ -30,6 +30,7 @@ from reconciler.plan.steps import (
     LanePlan,
     Plan,
     PullImages,
+    RemoveEnvFiles,
     StartRanks,
     Step,
     StopContainers,
@@ -104,7 +105,7 @@ def _plan_lane(
     lane = desired.lanes.get(name)
     current = observed.containers_of_lane(name)
     if lane is None or not lane.running:
-        return _plan_stop(name, lane, current, observed, desired.commit)
+        return _plan_stop(name, lane, current, observed, desired.commit, desired.fleet.state_dir_on_host)
     base = LanePlan(name, "noop", "", hosts=lane.hosts, commit=desired.commit)
     if name in verdict.denied_lanes or name not in verdict.rendered:
         reasons = "; ".join(f"{v.rule}: {v.message}" for v in verdict.lane_violations(name) if v.severity == "deny")
@@ -178,6 +179,16 @@ def _plan_lane(
     by_rank = dict(enumerate(specs))
     steps_list.extend(StartRanks(tuple(by_rank[r] for r in group)) for group in start_groups(lane))
     steps_list.append(WaitReady(lane.hosts[0], lane.port, lane.served_name))
+    # Once the new ranks passed their gate: env files of old ranks that the new spec does not write
+    # (a dropped secret, a rank moved off a host). Before that a rollback may start the old ranks again.
+    written = {(host, path) for host, path, _ in env_files}
+    stale = tuple(
+        (host, path)
+        for host, c in current
+        if (path := env_file_path(desired.fleet.state_dir_on_host, c.name)) and (host, path) not in written
+    )
+    if stale:
+        steps_list.append(RemoveEnvFiles(stale))
     return replace(with_specs, action="deploy", reason=reason, steps=tuple(steps_list), cause=cause, drift=drift)
 
 
@@ -194,8 +205,18 @@ def _lease_held(involved: tuple[str, ...], observed: ObservedFleet, opts: PlanOp
     return None
 
 
+def env_file_path(state_dir_on_host: str, container: str) -> str:
+    """Where a rank's env file is on its host (as `engines.base` renders `ContainerSpec.env_file`)."""
+    return f"{state_dir_on_host}/env/{container}.env"
+
+
 def _plan_stop(
-    name: str, lane: Lane | None, current: list[tuple[str, ObservedContainer]], observed: ObservedFleet, commit: str
+    name: str,
+    lane: Lane | None,
+    current: list[tuple[str, ObservedContainer]],
+    observed: ObservedFleet,
+    commit: str,
+    state_dir_on_host: str,
 ) -> LanePlan:
     if not current:
         return LanePlan(name, "noop", "stopped", commit=commit, cause=Cause.NOTHING_RUNS)
@@ -207,7 +228,9 @@ def _plan_stop(
     if not reachable:
         return LanePlan(name, "blocked", reason, commit=commit, cause=Cause.UNREACHABLE)
     hosts = tuple(sorted({c.host for c in reachable}))
-    steps = (AcquireLeases(hosts), StopContainers(reachable, why))
+    # The stopped ranks' env files go with them (a missing one is fine: the lane may have had no secrets).
+    env_files = RemoveEnvFiles(tuple((c.host, env_file_path(state_dir_on_host, c.name)) for c in reachable))
+    steps = (AcquireLeases(hosts), StopContainers(reachable, why), env_files)
     return LanePlan(name, "stop", reason, steps, commit=commit, hosts=hosts, cause=cause)
 
 

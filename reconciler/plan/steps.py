@@ -117,6 +117,24 @@ class WriteEnvFiles:
 
 
 @dataclass(frozen=True)
+class RemoveEnvFiles:
+    """Env files no rank needs any more (the lane stopped, or its new ranks run without them) go.
+
+    A stop removes its ranks' files; a deploy removes, once the new ranks passed their gate, the files
+    of old ranks that the new spec does not write (a secret dropped, a rank moved off a host). Until
+    then a rollback may start the old ranks again, which read them. Removing is best effort: a failure
+    is said, and changes nothing else.
+    """
+
+    files: tuple[tuple[str, str], ...]  # (host, path)
+    kind: str = "env-files-remove"
+
+    def describe(self) -> str:
+        hosts = ", ".join(sorted({h for h, _ in self.files}))
+        return f"remove env files no rank needs on {hosts}"
+
+
+@dataclass(frozen=True)
 class StopContainers:
     containers: tuple[HostContainer, ...]
     reason: str
@@ -172,7 +190,15 @@ class WaitReady:
 
 
 Step = (
-    AcquireLeases | PullImages | WriteEnvFiles | StopContainers | DropCaches | WaitGpuFree | StartRanks | WaitReady
+    AcquireLeases
+    | PullImages
+    | WriteEnvFiles
+    | StopContainers
+    | DropCaches
+    | WaitGpuFree
+    | StartRanks
+    | WaitReady
+    | RemoveEnvFiles
 )
 
 

@@ -13,12 +13,13 @@ them never reach the disk.
 from __future__ import annotations
 
 import json
+import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reconciler.facts.commands import LeaseRequest, ProbeRequest
+from reconciler.facts.commands import ENVFILE_REFUSED_EXIT, EnvFileRequest, LeaseRequest, ProbeRequest
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
 from reconciler.facts.probe_script import PROBE_VERSION
 from reconciler.sim.sparkinfo import SimSparkInfo
@@ -36,10 +37,27 @@ _CACHE_FLOOR_KB = 180_000  # what drop_caches cannot drop
 
 @dataclass(frozen=True)
 class EnvFile:
-    """An env file written on a simulated host, with the mode it was created with."""
+    """A regular file on a simulated host (an env file, or one a test placed), with its mode."""
 
     content: str
     mode: int
+
+
+@dataclass(frozen=True)
+class SimLink:
+    """A symlink on a simulated host, at a file's or a directory's path."""
+
+    target: str
+    ours: bool = True
+    """Owned by the user lanes logs in as (else by another user)."""
+
+
+@dataclass(frozen=True)
+class SimDir:
+    """A directory's owner and mode, where a test set them (any other directory is ours, 0700)."""
+
+    ours: bool = True
+    mode: int = 0o700
 
 
 class SimHostFacts:
@@ -61,6 +79,10 @@ class SimHostFacts:
         self.models: dict[str, int] = {}
         self.leases: dict[str, dict[str, Any]] = {}
         self.envfiles: dict[str, EnvFile] = {}
+        """Regular files by path: what the env-file command wrote, and files a test placed."""
+        self.links: dict[str, SimLink] = {}
+        """Symlinks by path (a file's or a directory's); only the env-file command and docker's --env-file look."""
+        self.dirs: dict[str, SimDir] = {}
         self.drop_caches_count = 0
         self.clock = clock
         self.info = SimSparkInfo.gb10()
@@ -97,9 +119,51 @@ class SimHostFacts:
         self.drop_caches_count += 1
         self.page_cache = min(self.page_cache, _CACHE_FLOOR_KB * KIB)
 
-    def write_envfile(self, path: str, content: str) -> None:
-        # umask 077 in the real command: the file is created 0600.
-        self.envfiles[path] = EnvFile(content=content, mode=0o600)
+    def envfile(self, request: EnvFileRequest, stdin: str) -> tuple[int, str]:
+        """The env-file script's semantics (`facts/envfile_script.py`), in memory: (exit status, stderr).
+
+        write: a new 0600 file renamed over the path (a symlink there is replaced, its target untouched;
+        a stale or placed temporary name is cleared first); remove: the path and its temporary name go.
+        Both refuse a directory that is a symlink owned by another user, or that resolves to a directory
+        not ours or writable by group or others; a symlink of ours is followed.
+        """
+        for path in request.paths:
+            directory, name = posixpath.split(path)
+            real_dir, refused = self._envfile_dir(directory)
+            if refused:
+                return ENVFILE_REFUSED_EXIT, f"lanes-envfile: refused: {refused}\n"
+            real, tmp = posixpath.join(real_dir, name), posixpath.join(real_dir, f".{name}.tmp")
+            for gone in (tmp, real):
+                self.envfiles.pop(gone, None)  # unlink: a symlink goes, never its target
+                self.links.pop(gone, None)
+            if request.action == "write":
+                self.envfiles[real] = EnvFile(content=stdin, mode=0o600)
+        return 0, ""
+
+    def _envfile_dir(self, directory: str) -> tuple[str, str | None]:
+        link = self.links.get(directory)
+        if link is not None and not link.ours:
+            return directory, f"{directory} is a symlink owned by another user"
+        real = link.target if link is not None else directory
+        d = self.dirs.get(real, SimDir())
+        if not d.ours:
+            return real, f"{real} is owned by another user"
+        if d.mode & 0o022:
+            return real, f"{real} is writable by group or others (mode {d.mode:04o})"
+        return real, None
+
+    def read_envfile(self, path: str) -> str | None:
+        """What `docker run --env-file PATH` reads: symlinks followed, as open(2) does."""
+        directory, name = posixpath.split(path)
+        link = self.links.get(directory)
+        path = posixpath.join(link.target, name) if link is not None else path
+        for _ in range(8):
+            file_link = self.links.get(path)
+            if file_link is None:
+                break
+            path = file_link.target
+        written = self.envfiles.get(path)
+        return written.content if written else None
 
     def probe(
         self,

@@ -94,7 +94,7 @@ class SimContainerRuntime:
     @staticmethod
     def wants_stdin(argv: Sequence[str]) -> bool:
         """Whether the command reads stdin (only the env-file writer does)."""
-        return fc.command_marker(argv) == fc.ENVFILE_MARKER
+        return fc.command_marker(argv) == fc.ENVFILE_MARKER and list(argv[5:6]) == ["write"]
 
     # -- the one entry point -------------------------------------------------
 
@@ -142,7 +142,9 @@ class SimContainerRuntime:
                 lease = fc.read_lease_argv(argv)
                 expected = fc.lease_argv(lease.action, lease.lease_file, lease.owner, lease.ttl_s)
             elif marker == fc.ENVFILE_MARKER:
-                expected = fc.envfile_argv(argv[-1])
+                envreq = fc.read_envfile_argv(argv)
+                write = envreq.action == "write"
+                expected = fc.envfile_argv(envreq.paths[0]) if write else fc.envfile_remove_argv(envreq.paths)
             else:
                 expected = fc.dropcaches_argv()
         except ValueError as exc:
@@ -155,8 +157,8 @@ class SimContainerRuntime:
             status, out = self.facts.lease(lease)
             return status, out, ""
         if marker == fc.ENVFILE_MARKER:
-            self.facts.write_envfile(argv[-1], stdin or "")
-            return 0, "", ""
+            status, err = self.facts.envfile(envreq, stdin or "")
+            return status, "", err
         self.facts.drop_caches()
         return 0, "", ""
 
@@ -187,8 +189,7 @@ class SimContainerRuntime:
         return self.ports.ports(self.address)
 
     def _read_envfile(self, path: str) -> str | None:
-        written = self.facts.envfiles.get(path)
-        return written.content if written else None
+        return self.facts.read_envfile(path)
 
     async def shutdown(self) -> None:
         """End every process this host started: SIGTERM, then SIGKILL after 2 s."""

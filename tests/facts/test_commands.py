@@ -52,13 +52,10 @@ def test_lease_argv() -> None:
 
 def test_envfile_and_dropcaches_argv() -> None:
     env = c.envfile_argv("/etc/lanes/env/lane1.env")
-    assert env == [
-        "sh",
-        "-c",
-        'umask 077 && mkdir -p -- "$(dirname -- "$1")" && cat > "$1"',
-        "lanes-envfile",
-        "/etc/lanes/env/lane1.env",
-    ]
+    assert env == ["python3", "-I", "-c", c.ENVFILE_SCRIPT, "lanes-envfile", "write", "/etc/lanes/env/lane1.env"]
+    remove = c.envfile_remove_argv(["/etc/lanes/env/lane1.env"])
+    assert remove == ["python3", "-I", "-c", c.ENVFILE_SCRIPT, "lanes-envfile", "remove", "/etc/lanes/env/lane1.env"]
+    assert c.command_marker(remove) == c.ENVFILE_MARKER
     assert c.command_marker(env) == c.ENVFILE_MARKER
     drop = c.dropcaches_argv()
     assert drop == ["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches", "lanes-dropcaches"]
@@ -89,7 +86,9 @@ def test_read_back_rejects_other_commands() -> None:
         c.read_lease_argv(["python3", "-I", "-c", "x", "lanes-lease", "steal", "f", "o", "1"])
 
 
-@pytest.mark.parametrize("script", [c.PROBE_SCRIPT, c.LEASE_SCRIPT], ids=["probe", "lease"])
+@pytest.mark.parametrize(
+    "script", [c.PROBE_SCRIPT, c.LEASE_SCRIPT, c.ENVFILE_SCRIPT], ids=["probe", "lease", "envfile"]
+)
 def test_scripts_parse_as_python_3_8(script: str) -> None:
     # Sparks run the distribution's python3; nothing newer than 3.8 is assumed.
     ast.parse(script, feature_version=(3, 8))
