@@ -84,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rest = rest[1:]
             break
     started = time.monotonic()
+    shown = os.environ.get("STANDIN_LOG_ENV")
+    if shown:  # an engine that prints a variable of its environment at start, as engines at debug level do
+        log(f"environment: {shown}={os.environ.get(shown, '')}")
     behaviour = Behaviour.from_env(dict(os.environ))
     refused = engine_refusal(rest, behaviour.version)
     if refused is not None:

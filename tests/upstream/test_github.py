@@ -16,6 +16,7 @@ from reconciler.upstream.github import poll_github
 from reconciler.upstream.store import UpstreamStore
 from tests.upstream.conftest import NOW, VirtualClock
 from tests.upstream.servers import App, FakeGitHub, LocalServer, Reply
+from tests.upstream.tokens import with_token
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -252,8 +253,7 @@ async def test_the_token_is_sent_as_a_header_and_never_logged_or_stored(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     token = "ghp_Zq8sEcReTtOkEn0123456789abcdef"
-    assert settings.credentials_dir is not None
-    (settings.credentials_dir / "github-token").write_text(token + "\n")
+    settings = with_token(settings, "github-token", token)
     gh = vllm_github()
     gh.token = token
     server = serve(gh)

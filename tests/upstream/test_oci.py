@@ -16,6 +16,7 @@ from reconciler.upstream.registry import ImageReference, resolve_image
 from reconciler.upstream.store import UpstreamStore
 from tests.upstream.conftest import NOW, VirtualClock
 from tests.upstream.servers import INDEX, MANIFEST_LIST, App, FakeRegistry, LocalServer
+from tests.upstream.tokens import with_token
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -123,8 +124,7 @@ async def test_credentials_are_sent_to_the_token_realm_only(
 ) -> None:
     registry = FakeRegistry({REPO: ["nightly-20261015"]}, user="robot", password="s3cret-registry-pass")
     server = serve(registry)
-    assert settings.credentials_dir is not None
-    (settings.credentials_dir / "registry").write_text("robot:s3cret-registry-pass\n")
+    settings = with_token(settings, "registry", "robot:s3cret-registry-pass")
     result = await poll_oci(oci_source(server, token_credential="registry"), store, client, settings, vclock.clock())
     assert result.status == "new"
     assert registry.auth_requests[0].headers["authorization"].startswith("Basic ")
@@ -140,8 +140,7 @@ async def test_wrong_credentials_fail_the_poll(
     vclock: VirtualClock,
 ) -> None:
     server = serve(FakeRegistry({REPO: ["nightly-20261015"]}, user="robot", password="right"))
-    assert settings.credentials_dir is not None
-    (settings.credentials_dir / "registry").write_text("robot:wrong")
+    settings = with_token(settings, "registry", "robot:wrong")
     result = await poll_oci(oci_source(server, token_credential="registry"), store, client, settings, vclock.clock())
     assert result.status == "failed" and "token request refused (HTTP 401)" in (result.error or "")
     assert "wrong" not in (result.error or "")
