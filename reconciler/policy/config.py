@@ -58,6 +58,7 @@ RULE_PARAMS: dict[str, dict[str, ParamSpec]] = {
         "value_patterns": ParamSpec("str_list"),
         "secret_args": ParamSpec("str_list", required=False, default=[]),
     },
+    "mounts": {"allow": ParamSpec("str_list"), "deny": ParamSpec("str_list")},
 }
 """Every rule the engine knows, with the parameters it reads."""
 
@@ -194,6 +195,12 @@ def _check_values(settings: RuleSettings, path: str) -> None:
                 file=path,
                 field=f"rules.{name}.params.capacity",
             )
+    elif name == "mounts":
+        for key in ("allow", "deny"):
+            for index, prefix in enumerate(settings.strings(key)):
+                if not prefix.startswith("/"):
+                    where = f"rules.{name}.params.{key}[{index}]"
+                    raise InputError(f"{prefix!r} is not an absolute host path", file=path, field=where)
     elif name == "secrets-by-name":
         for index, pattern in enumerate(settings.strings("value_patterns")):
             try:

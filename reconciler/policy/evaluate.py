@@ -22,6 +22,7 @@ from reconciler.policy.rules.flags import RULE as FLAGS_RULE
 from reconciler.policy.rules.flags import check_engine_flags
 from reconciler.policy.rules.known_issues import check_known_issues
 from reconciler.policy.rules.memory import check_boot_utilization, check_memory_budget
+from reconciler.policy.rules.mounts import check_mounts
 from reconciler.policy.rules.pins import check_image_digest, check_model_revision
 from reconciler.policy.rules.render import RULE as RENDER_RULE
 from reconciler.policy.rules.render import render_lanes
@@ -44,6 +45,7 @@ RULES: dict[str, Rule] = {
     "name-clash": check_name_clash,
     "known-issues": check_known_issues,
     "secrets-by-name": check_secrets,
+    "mounts": check_mounts,
 }
 """Rules other than memory-budget (which also needs the budgets) and engine-flags (which reads the rendered
 specs), in the order they run."""
