@@ -42,6 +42,7 @@ from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleSettings, HostOverride
 from reconciler.execute.secrets import SYSTEMD_LANE_PREFIX
 from reconciler.spec.base import NAME_RE
+from reconciler.store.retention import Retention
 from reconciler.upstream.base import PollSettings, UpstreamCredential
 
 DEFAULT_CONFIG = Path("/etc/lanes/reconciler.toml")
@@ -374,6 +375,32 @@ class BenchSettings(Section):
     enabled: bool = Field(False, description="benchmark each lane after a change and commit evidence/<lane>/...json")
 
 
+class RetentionSettings(Section):
+    """[retention]: how long the journal keeps its rows; pruned at start and then every `prune_interval_s`."""
+
+    journal_days: float = Field(
+        30.0, ge=0, description="days the journal keeps step records (0: forever); steps in flight always stay"
+    )
+    applies_days: float = Field(
+        180.0,
+        ge=0,
+        description="days the applies table keeps what each transaction did (0: forever); each lane's newest "
+        "and last healthy apply, and those of the commits it runs, always stay",
+    )
+    commits_days: float = Field(
+        180.0,
+        ge=0,
+        description="days the daemon's commit decisions are kept (0: forever); the commits the lanes run, "
+        "want or ran healthy, the trusted head and the newest decision always stay",
+    )
+    prune_interval_s: float = Field(
+        86400.0, ge=60, le=30 * 86400, description="seconds between prunes after the one at start (a day)"
+    )
+
+    def policy(self) -> Retention:
+        return Retention(journal_days=self.journal_days, applies_days=self.applies_days, commits_days=self.commits_days)
+
+
 class DaemonConfig(Section):
     """The whole file. Build it with `load_config` (or `parse_config` for text)."""
 
@@ -386,6 +413,7 @@ class DaemonConfig(Section):
     )
     upstream: UpstreamSettings = Field(description="upstream release polling")
     bench: BenchSettings = Field(description="benchmarks after a change")
+    retention: RetentionSettings = Field(description="how long the journal keeps its rows")
 
     @model_validator(mode="before")
     @classmethod
@@ -393,7 +421,7 @@ class DaemonConfig(Section):
         # Missing sections are validated as {} so their env-dependent defaults see the context.
         if isinstance(data, dict):
             data = dict(data)
-            for name in ("ssh", "daemon", "http", "upstream", "bench"):
+            for name in ("ssh", "daemon", "http", "upstream", "bench", "retention"):
                 data.setdefault(name, {})
         return data
 
