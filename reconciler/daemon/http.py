@@ -1,12 +1,30 @@
 """The daemon's small HTTP endpoint: /healthz, /status, /metrics and the push webhook.
 
 Four routes do not justify a web framework, but an endpoint that a forge
-on the internet may reach (through a proxy) must hold up: bounded request
-line, headers and body, a timeout on every read and on every handler, one
-request per connection (`Connection: close`), 404/405/411/413/431 answered
-instead of hanging, and a handler that raises costs one 500, never the
-daemon. It binds loopback by default; HMAC verification of webhooks belongs
-to the handler the daemon passes in.
+on the internet may reach (through a proxy) must hold up against a flood of
+slow clients as well as against malformed requests:
+
+- a cap on open connections, enforced before a byte is read: the accept loop
+  is ours, so a connection over the cap is never read. When the table is full,
+  a new connection takes the slot of the one that has waited longest for its
+  request head (the one its head deadline would drop first), so a normal
+  client is still answered while slow ones hold the rest; when every slot is
+  past its head, the new connection is closed at once;
+- a deadline on the request head, one on the body, one on the handler and one
+  on sending the answer, per connection;
+- the route is chosen from the head alone: a body is read only for POST
+  /webhook, up to `max_body`, at most `max_bodies` at once (the others wait
+  unread, and can give up their slot, so slow uploads cannot hold every
+  slot); a GET or HEAD with a body is refused (400);
+- `accept()` failures (descriptors exhausted by the SSH pool, say) are
+  logged at most once per `accept_error_interval_s`, with the count, and
+  accepting backs off instead of spinning;
+- one request per connection (`Connection: close`), 400/404/405/408/411/413/
+  431/501/503 answered instead of hanging, and a handler that raises costs one
+  500, never the daemon.
+
+It binds loopback by default; HMAC verification of webhooks belongs to the
+handler the daemon passes in. `bench/http_flood.py` measures it under a flood.
 """
 
 from __future__ import annotations
@@ -16,12 +34,15 @@ import contextlib
 import inspect
 import ipaddress
 import json
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
 import structlog
+
+from reconciler.daemon.httpconn import Conn, ConnTable, EveryInterval
 
 log = structlog.get_logger("lanes.http")
 
@@ -31,18 +52,23 @@ MetricsFn = Callable[[], tuple[bytes, str]]  # (body, content type)
 WebhookFn = Callable[[Mapping[str, str], bytes], Awaitable[tuple[int, str]]]
 
 MAX_WEBHOOK_BODY = 1 << 20
+ACCEPT_RETRY_S = 0.5
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds on what one client may send and how long it may take."""
+    """Bounds on what one client may send and how long it may take, and on how many may be connected."""
 
     max_head: int = 16 * 1024  # request line + headers
     max_body: int = MAX_WEBHOOK_BODY
     head_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     handler_timeout_s: float = 30.0
+    send_timeout_s: float = 10.0
     max_connections: int = 64
+    max_bodies: int = 8  # bodies read at once: with handlers, the only slots a new connection cannot take over
+    backlog: int = 128
+    accept_error_interval_s: float = 60.0
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -102,6 +128,9 @@ def _text(status: int, text: str) -> Response:
     return Response(status, (text.rstrip("\n") + "\n").encode())
 
 
+Handler = Callable[[Request], Awaitable[Response]]
+
+
 class HttpServer:
     """`await start()`, then serve until `await close()`; `port` is the bound port."""
 
@@ -121,77 +150,148 @@ class HttpServer:
         self._metrics = metrics
         self._webhook = webhook
         self.limits = limits or Limits()
-        self._server: asyncio.Server | None = None
-        self._conns: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
+        self._sock: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        self._conns = ConnTable(self.limits.max_connections)
+        self._accept_errors = EveryInterval(self.limits.accept_error_interval_s)
+        self._turned_away = EveryInterval(self.limits.accept_error_interval_s)
+        self._body_slots = asyncio.Semaphore(self.limits.max_bodies)
         self._closing = False
 
     @property
     def port(self) -> int:
-        if self._server is None or not self._server.sockets:
+        if self._sock is None:
             return self._port
-        return int(self._server.sockets[0].getsockname()[1])
+        return int(self._sock.getsockname()[1])
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self._port, limit=self.limits.max_head, reuse_address=True
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(self.host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(self.limits.backlog)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self._acceptor = asyncio.create_task(self._accept_loop(sock), name="http-accept")
+        log.info(
+            "http.listening", url=self.url, loopback=is_loopback(self.host), max_connections=self.limits.max_connections
         )
-        log.info("http.listening", url=self.url, loopback=is_loopback(self.host))
 
     async def close(self, grace_s: float = 1.0) -> None:
         """Stop listening, drop open connections; a handler still running after `grace_s` is cancelled."""
-        server, self._server = self._server, None
-        if server is None:
+        sock, self._sock = self._sock, None
+        if sock is None:
             return
         self._closing = True
-        server.close()
-        for writer in self._conns.values():
-            writer.transport.abort()
-        if self._conns:
-            _, pending = await asyncio.wait(set(self._conns), timeout=grace_s)
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._acceptor
+            self._acceptor = None
+        sock.close()
+        tasks = self._conns.abort_all()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        await server.wait_closed()
         self._closing = False
+
+    # -- accepting ---------------------------------------------------------------------
+
+    async def _accept_loop(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                client, _ = await loop.sock_accept(sock)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue
+            except OSError as exc:
+                # EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection stays in the backlog; try again later.
+                if self._accept_errors.due():
+                    log.error(
+                        "http.accept_failed", error=exc.strerror or str(exc), since_last=self._accept_errors.take()
+                    )
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            if self._conns.full() and not self._conns.evict_oldest_head():
+                # Every slot is past its head (reading a body, handling, answering): not read, closed now.
+                client.close()
+                await asyncio.sleep(0)
+                if self._turned_away.due():
+                    log.warning(
+                        "http.connections_full", max_connections=self._conns.cap, since_last=self._turned_away.take()
+                    )
+                continue
+            client.setblocking(False)
+            task = asyncio.create_task(self._serve(client))
+            self._conns.add(Conn(task, loop.time()))
+            # sock_accept does not yield while connections are pending: let the new connection read its head
+            # and an evicted one close its descriptor before the next accept.
+            await asyncio.sleep(0)
 
     # -- one connection, one request -------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, sock: socket.socket) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._conns[task] = writer
+        loop = asyncio.get_running_loop()
+        writer: asyncio.StreamWriter | None = None
         try:
-            await self._one_request(reader, writer, refuse=len(self._conns) > self.limits.max_connections)
+            reader = asyncio.StreamReader(limit=self.limits.max_head)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=sock)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            self._conns.opened(task, transport)
+            await self._one_request(task, reader, writer)
             await self._linger(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
-            # Only close() cancels us; ending normally keeps asyncio from logging the server's task as failed.
-            if not self._closing:
+            # close() and eviction cancel us; ending normally keeps asyncio from logging the task as failed.
+            if not (self._closing or self._conns.evicted(task)):
                 raise
         except Exception as exc:
             log.exception("http.connection_failed", error=str(exc))
         finally:
-            self._conns.pop(task, None)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            self._conns.remove(task)
+            if writer is not None:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+            else:
+                sock.close()
 
-    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, refuse: bool) -> None:
+    async def _one_request(
+        self, task: asyncio.Task[Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         method = ""
         try:
-            request = await self._read_request(reader)
-            method = request.method
-            if refuse:
-                raise _HttpError(503, "too many connections")
-            response = await self._route(request)
+            method, path, headers = await self._read_head(reader)
+            handler = self._handler(method, path)
+            body = await self._read_body(task, reader, method, headers)
+            self._conns.past_head(task)
+            response = await self._run(handler, Request(method, path, headers, body))
         except _HttpError as exc:
             response = Response(exc.status, (exc.text.rstrip("\n") + "\n").encode(), headers=exc.headers)
+        self._conns.past_head(task)
         log.debug("http.request", method=method, status=response.status)
         await self._send(writer, response, head_only=method == "HEAD")
 
@@ -209,7 +309,7 @@ class HttpServer:
                         break
                     dropped += len(chunk)
 
-    async def _read_request(self, reader: asyncio.StreamReader) -> Request:
+    async def _read_head(self, reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.limits.head_timeout_s)
         except TimeoutError:
@@ -236,40 +336,55 @@ class HttpServer:
                 raise _HttpError(400, "malformed header")
             key = name.lower()
             headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
-        body = b""
+        return method.upper(), target.split("?", 1)[0], headers
+
+    async def _read_body(
+        self, task: asyncio.Task[Any], reader: asyncio.StreamReader, method: str, headers: Mapping[str, str]
+    ) -> bytes:
+        """The body of a POST, within its deadline and size cap; a GET or HEAD that announces one is refused.
+
+        At most `max_bodies` are read at once; a connection waiting for its turn has nothing read yet, so
+        it stays as evictable as one still sending its head."""
+        length_text = headers.get("content-length")
+        if method in ("GET", "HEAD"):
+            if "transfer-encoding" in headers or (length_text is not None and length_text != "0"):
+                raise _HttpError(400, f"a {method} request carries no body")
+            return b""
         if "transfer-encoding" in headers:
             raise _HttpError(501, "chunked request bodies are not supported: send Content-Length")
-        if "content-length" in headers:
-            length_text = headers["content-length"]
-            if not length_text.isdigit():
-                raise _HttpError(400, "bad Content-Length")
-            length = int(length_text)
-            if length > self.limits.max_body:
-                raise _HttpError(413, f"body larger than {self.limits.max_body} bytes")
-            if length:
-                try:
-                    body = await asyncio.wait_for(reader.readexactly(length), self.limits.body_timeout_s)
-                except TimeoutError:
-                    raise _HttpError(408) from None
-        elif method == "POST":
+        if length_text is None:
             raise _HttpError(411)
-        return Request(method.upper(), target.split("?", 1)[0], headers, body)
+        if not length_text.isdigit():
+            raise _HttpError(400, "bad Content-Length")
+        length = int(length_text)
+        if length > self.limits.max_body:
+            raise _HttpError(413, f"body larger than {self.limits.max_body} bytes")
+        if not length:
+            return b""
+        try:
+            async with asyncio.timeout(self.limits.body_timeout_s), self._body_slots:
+                self._conns.past_head(task)
+                return await reader.readexactly(length)
+        except TimeoutError:
+            raise _HttpError(408) from None
 
-    async def _route(self, request: Request) -> Response:
-        routes: dict[str, tuple[tuple[str, ...], Callable[[Request], Awaitable[Response]]]] = {
-            "/healthz": (("GET", "HEAD"), self._get_health),
-        }
+    def _handler(self, method: str, path: str) -> Handler:
+        """The route for a request head, before any body is read: 404 and 405 cost no read."""
+        routes: dict[str, tuple[tuple[str, ...], Handler]] = {"/healthz": (("GET", "HEAD"), self._get_health)}
         if self._status is not None:
             routes["/status"] = (("GET", "HEAD"), self._get_status)
         if self._metrics is not None:
             routes["/metrics"] = (("GET", "HEAD"), self._get_metrics)
         if self._webhook is not None:
             routes["/webhook"] = (("POST",), self._post_webhook)
-        if request.path not in routes:
+        if path not in routes:
             raise _HttpError(404)
-        methods, handler = routes[request.path]
-        if request.method not in methods:
+        methods, handler = routes[path]
+        if method not in methods:
             raise _HttpError(405, headers={"Allow": ", ".join(methods)})
+        return handler
+
+    async def _run(self, handler: Handler, request: Request) -> Response:
         try:
             return await asyncio.wait_for(handler(request), self.limits.handler_timeout_s)
         except _HttpError:
@@ -324,5 +439,9 @@ class HttpServer:
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         if not head_only:
             writer.write(response.body)
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+        try:
+            await asyncio.wait_for(writer.drain(), self.limits.send_timeout_s)
+        except TimeoutError:
+            writer.transport.abort()  # a client that does not read its answer does not keep the slot
+        except ConnectionError:
+            pass

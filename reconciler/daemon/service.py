@@ -31,8 +31,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from reconciler.daemon.conditions import STORE_RETRY_S, Backoff, Retries, SourceHealth, health, store_status
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.decider import CommitDecider
-from reconciler.daemon.hookroute import receive_push
-from reconciler.daemon.http import HttpServer
+from reconciler.daemon.hookroute import DeliveryWindow, receive_push
+from reconciler.daemon.http import HttpServer, Limits
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.trialjob import make_trial
@@ -80,6 +80,7 @@ class Daemon:
         self.backoff = Backoff()
         self.retries = Retries(self.trigger.kick)
         self._store_down = False
+        self.deliveries = DeliveryWindow(config.http.replay_window)  # signed webhook deliveries seen
         self._setup()
 
     def _setup(self) -> None:
@@ -382,6 +383,12 @@ class Daemon:
             status=self.status,
             metrics=self._metrics,
             webhook=self._webhook,
+            limits=Limits(
+                max_connections=self.config.http.max_connections,
+                head_timeout_s=self.config.http.head_timeout_s,
+                body_timeout_s=self.config.http.body_timeout_s,
+                max_body=self.config.http.max_body_bytes,
+            ),
         )
 
     def _health(self) -> tuple[bool, str]:
@@ -408,7 +415,9 @@ class Daemon:
         return self.metrics.render()
 
     async def _webhook(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
-        status, text, fetch = receive_push(self.config.http.webhook_secret_file, self.config.repo.branch, headers, body)
+        status, text, fetch = receive_push(
+            self.config.http.webhook_secret_file, self.config.repo.branch, headers, body, self.deliveries
+        )
         if fetch:
             self.trigger.kick("webhook")
         return status, text

@@ -9,6 +9,15 @@ GitHub sends `X-Hub-Signature-256: sha256=<hex>`, Gitea `X-Gitea-Signature:
 <hex>`, Forgejo `X-Forgejo-Signature: <hex>` (Forgejo and newer Gitea send
 several of these at once). Every signature header present must verify; a
 bad one is not rescued by a good one next to it.
+
+Each delivery carries an ID: GitHub `X-GitHub-Delivery` (docs.github.com,
+webhooks/webhook-events-and-payloads#delivery-headers), Gitea
+`X-Gitea-Delivery` and, for compatibility, `X-Gogs-Delivery` and
+`X-GitHub-Delivery` (docs.gitea.com/features/webhooks), Forgejo
+`X-Forgejo-Delivery` next to those three
+(forgejo.org/docs/latest/user/webhooks). The HMAC covers the body only, not
+these headers: a replay can carry a fresh ID, so a replay check must key on
+the signed body as well (see `reconciler.daemon.hookroute`).
 """
 
 from __future__ import annotations
@@ -121,6 +130,15 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+_DELIVERY_HEADERS = ("x-forgejo-delivery", "x-gitea-delivery", "x-gogs-delivery", "x-github-delivery")
+
+
+def delivery_of(headers: Mapping[str, str]) -> str | None:
+    """The forge's ID of this delivery (the forge's own header first), or None when it sends none."""
+    lowered = _lower(headers)
+    return next((lowered[h].strip() for h in _DELIVERY_HEADERS if lowered.get(h, "").strip()), None)
+
+
 def parse_push(headers: Mapping[str, str], body: bytes) -> PushEvent | None:
     """The push a webhook reports; None for other events (ping, pull_request, ...).
 
@@ -147,10 +165,6 @@ def parse_push(headers: Mapping[str, str], body: bytes) -> PushEvent | None:
         or _text(pusher_data.get("name"))
         or _text(pusher_data.get("email"))
     )
-    lowered = _lower(headers)
-    delivery = next(
-        (lowered[h] for h in ("x-forgejo-delivery", "x-gitea-delivery", "x-github-delivery") if h in lowered), None
-    )
     return PushEvent(
         ref=ref,
         after=after,
@@ -158,5 +172,5 @@ def parse_push(headers: Mapping[str, str], body: bytes) -> PushEvent | None:
         pusher=pusher,
         before=_text(data.get("before")) or ZERO_SHA,
         forge=forge,
-        delivery=delivery,
+        delivery=delivery_of(headers),
     )

@@ -174,8 +174,10 @@ async def test_the_webhook_accepts_a_good_signature_and_refuses_a_bad_one(runnin
             content=body,
             headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + sign(body, b"wrong")},
         )
+        # Another delivery (the same body again would be refused as a replay, 409).
+        other = body + b"\n"
         gitea = await client.post(
-            url, content=body, headers={"X-Gitea-Event": "push", "X-Gitea-Signature": sign(body, b"s3cret-for-tests")}
+            url, content=other, headers={"X-Gitea-Event": "push", "X-Gitea-Signature": sign(other, b"s3cret-for-tests")}
         )
         status = await client.get(f"http://127.0.0.1:{running.port}/status")
         metrics = await client.get(f"http://127.0.0.1:{running.port}/metrics")
