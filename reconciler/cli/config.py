@@ -19,6 +19,7 @@ from rich.console import Console
 from reconciler.cli.common import EXIT_OK, handle_errors
 from reconciler.daemon.config import DEFAULT_CONFIG, SYSTEMD_ENV, DaemonConfig, load_config
 from reconciler.daemon.http import is_loopback
+from reconciler.source.mirror import public_url
 
 ConfigOpt = Annotated[
     Path, typer.Option("--config", "-c", envvar="LANES_CONFIG", help="the daemon's TOML settings file")
@@ -65,6 +66,8 @@ def _warnings(cfg: DaemonConfig, secrets: dict[str, dict[str, Any]], env: dict[s
         out.append(f"repo.url: {cfg.repo.url} does not exist on this machine")
     if cfg.http.enabled and not is_loopback(cfg.http.host_port[0]):
         out.append(f"http.listen: {cfg.http.listen} is not loopback: /status and /metrics are served without auth")
+    if public_url(cfg.repo.url) != cfg.repo.url:
+        out.append("repo.url carries a user:token: it is taken out of the URL and sent as an HTTP credential")
     if cfg.http.enabled and cfg.http.webhook_secret_file is None:
         out.append("http.webhook_secret_file is not set: POST /webhook is off (fetches still run every interval)")
     return out
@@ -73,7 +76,7 @@ def _warnings(cfg: DaemonConfig, secrets: dict[str, dict[str, Any]], env: dict[s
 def _print_human(cfg: DaemonConfig, path: Path, secrets: dict[str, dict[str, Any]], warnings: list[str]) -> None:
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[green]ok[/]: {path}")
-    dumped = cfg.model_dump(mode="json")
+    dumped = _shown(cfg)
     for section in ("repo", "ssh", "daemon", "http", "upstream", "bench"):
         console.print(f"\n[bold]\\[{section}][/]")
         for key, value in dumped[section].items():
@@ -88,6 +91,13 @@ def _print_human(cfg: DaemonConfig, path: Path, secrets: dict[str, dict[str, Any
         console.print(f"{name}: {info['path'] or '-'} ({info['state']}{extra})")
     for w in warnings:
         console.print(f"[yellow]warning[/]: {w}")
+
+
+def _shown(cfg: DaemonConfig) -> dict[str, Any]:
+    """The settings as printed: the repository URL without `user:token@`."""
+    dumped = cfg.model_dump(mode="json")
+    dumped["repo"]["url"] = public_url(cfg.repo.url)
+    return dumped
 
 
 @handle_errors
@@ -114,7 +124,7 @@ def config_check_cmd(
         out = {
             "ok": True,
             "file": str(config),
-            "settings": cfg.model_dump(mode="json"),
+            "settings": _shown(cfg),
             "secret_files": secrets,
             "warnings": warnings,
         }

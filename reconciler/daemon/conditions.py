@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.source.mirror import public_url
 from reconciler.store.journal import Store
 
 STORE_RETRY_S = 2.0
@@ -45,6 +46,9 @@ class SourceHealth:
     error: str | None = None
     failing_since: float | None = None
     last_success: float | None = None
+
+    def __post_init__(self) -> None:
+        self.url = public_url(self.url)  # shown in /status, /healthz and `lanes status`: never `user:token@`
 
     def failed(self, error: str, now: float | None = None) -> None:
         now = time.time() if now is None else now

@@ -110,6 +110,9 @@ class _Settings(Protocol):
     @property
     def daemon(self) -> Any: ...
 
+    @property
+    def repo(self) -> Any: ...
+
     def credential_files(self) -> dict[str, Path | None]: ...
 
 
@@ -122,7 +125,19 @@ def lane_secrets(config: _Settings) -> SecretStore:
 
 def secret_values(config: _Settings) -> list[str]:
     """Every secret value the daemon knows (lane secrets and its own credentials), for the redactor."""
-    return lane_secrets(config).values() + credential_values(config.credential_files().values())
+    found = lane_secrets(config).values() + credential_values(config.credential_files().values())
+    return found + url_secrets(config.repo.url)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password (or token) of a `https://user:token@host/...` URL, for the redactor."""
+    scheme, sep, rest = url.partition("://")
+    authority = rest.partition("/")[0] if sep and scheme.lower() in ("http", "https") else ""
+    if "@" not in authority:  # an ssh login name (git@host) is no secret
+        return []
+    userinfo = authority.rpartition("@")[0]
+    user, colon, password = userinfo.partition(":")
+    return [v for v in ((password,) if colon else (user,)) if v]
 
 
 def env_file_text(pairs: list[tuple[str, str]]) -> str:

@@ -15,6 +15,13 @@ host key once callbacks are set: a pinned known_hosts file (no trust on first
 use) can only be enforced by OpenSSH. `https://` goes through libgit2, which
 verifies TLS itself.
 
+Credentials for an https remote never live in the URL: a `user:token@` in
+the configured URL is taken out of it (the mirror's git config, messages,
+/status and logs see the URL without it) and sent as HTTP credentials, as is
+the token of `credential_file` (`user:token`, or a token alone, sent with the
+user `x-access-token`, which GitHub, Gitea and Forgejo accept). Only ever
+over https: a plain-http remote gets no credential.
+
 Fetches, pushes and note writes take turns on one lock (`Mirror.lock`): the
 daemon fetches in one worker thread while a verdict's note is written and
 pushed in another, and git fails a ref that two of them update at once.
@@ -55,10 +62,49 @@ def is_ssh_url(url: str) -> bool:
     return url.startswith(("ssh://", "git+ssh://", "ssh+git://")) or bool(_SCP_LIKE.match(url))
 
 
+DEFAULT_HTTP_USER = "x-access-token"
+"""The user sent with a token that names none (GitHub, Gitea and Forgejo take any user with a token)."""
+
+
+def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
+    """(the URL without `user:password@`, the (user, password) taken out) for http(s) URLs.
+
+    Other URLs are returned as they are: an ssh user (`ssh://git@host/...`,
+    `git@host:path`) is a login name, not a secret.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return url, None
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url, None
+    userinfo, _, host = authority.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    found = (user, password) if colon else (DEFAULT_HTTP_USER, user)
+    return f"{scheme}://{host}{slash}{path}", found
+
+
+def public_url(url: str) -> str:
+    """The URL as it may be shown: without credentials."""
+    return split_userinfo(url)[0]
+
+
+def read_http_credential(path: Path) -> tuple[str, str]:
+    """(user, token) from a credential file: `user:token`, or a token alone."""
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise TransientError(f"repository credential {path} cannot be read: {exc.strerror}") from None
+    if not text:
+        raise TransientError(f"repository credential {path} is empty")
+    user, colon, token = text.partition(":")
+    return (user, token) if colon else (DEFAULT_HTTP_USER, text)
+
+
 class _PushCallbacks(pygit2.RemoteCallbacks):
     """Collects per-ref rejections: a remote hook can refuse a ref while the push call succeeds."""
 
-    def __init__(self, credentials: pygit2.Keypair | None = None) -> None:
+    def __init__(self, credentials: pygit2.Keypair | pygit2.UserPass | None = None) -> None:
         super().__init__(credentials=credentials)
         self.rejected: dict[str, str] = {}
 
@@ -84,8 +130,11 @@ class Mirror:
         known_hosts: Path | None = None,
         transport: Transport = "auto",
         timeout_s: float = GIT_TIMEOUT_S,
+        credential_file: Path | None = None,
     ) -> None:
-        self.url = url
+        self.url, self._url_credential = split_userinfo(url)
+        """Without credentials: what the remote is configured with and what every message says."""
+        self.credential_file = credential_file
         self.path = Path(path)
         self.branch = branch
         self.ssh_key = ssh_key
@@ -220,7 +269,7 @@ class Mirror:
             if re.search(r"\[rejected\]|non-fast-forward|fetch first|\[remote rejected\]", output):
                 raise PushRejectedError(f"{self.url}: push rejected: {_tail(output)}")
             raise TransientError(f"{self.url}: push failed: {_tail(output)}")
-        callbacks = _PushCallbacks(self._keypair())
+        callbacks = _PushCallbacks(self._credentials())
         try:
             self.repo.remotes["origin"].push([spec], callbacks=callbacks)
         except pygit2.GitError as exc:
@@ -241,8 +290,16 @@ class Mirror:
         pub = Path(str(self.ssh_key) + ".pub")
         return pygit2.Keypair("git", str(pub) if pub.exists() else None, str(self.ssh_key), "")
 
+    def _credentials(self) -> pygit2.Keypair | pygit2.UserPass | None:
+        if not self.url.lower().startswith(("https://", "http://")):
+            return self._keypair()
+        if not self.url.lower().startswith("https://"):
+            return None  # plain http: no credential is ever sent
+        found = read_http_credential(self.credential_file) if self.credential_file else self._url_credential
+        return pygit2.UserPass(*found) if found else None
+
     def _callbacks(self) -> pygit2.RemoteCallbacks:
-        return pygit2.RemoteCallbacks(credentials=self._keypair())
+        return pygit2.RemoteCallbacks(credentials=self._credentials())
 
     def ssh_command(self) -> str:
         """GIT_SSH_COMMAND for OpenSSH: the pinned known_hosts file, no prompt, no trust on first use."""
