@@ -36,7 +36,7 @@ from reconciler.upstream.base import (
     rate_limited_until,
 )
 from reconciler.upstream.store import PollState, ReleaseRecord, UpstreamStore
-from reconciler.upstream.versions import parse_tag
+from reconciler.upstream.versions import parse_tag, valid_tag
 
 log = structlog.get_logger(__name__)
 
@@ -172,6 +172,9 @@ def _record(
         return None
     tag = item.get("tag_name")
     if not isinstance(tag, str) or not tag or (tag_filter is not None and not tag_filter.search(tag)):
+        return None
+    if not valid_tag(tag):
+        log.warning("upstream.tag_refused", source=source.name, tag=tag[:200], why="not in the OCI tag grammar")
         return None
     parsed = parse_tag(tag)
     html_url = item.get("html_url") if isinstance(item.get("html_url"), str) else None

@@ -26,7 +26,7 @@ from reconciler.spec.upstream import OCIRepository
 from reconciler.upstream.base import Clock, PollResult, PollSettings, Requester, failed, mark_polled, rate_limited_until
 from reconciler.upstream.registry import RegistryClient, credential_for, manifest_digest, raise_for
 from reconciler.upstream.store import PollState, ReleaseRecord, UpstreamStore
-from reconciler.upstream.versions import date_in_tag, parse_tag
+from reconciler.upstream.versions import date_in_tag, parse_tag, valid_tag
 
 log = structlog.get_logger(__name__)
 
@@ -88,7 +88,11 @@ async def _poll(
             etag = response.headers.get("etag")
         body = response.json()
         page_tags = body.get("tags") if isinstance(body, dict) else None
-        tags.extend(t for t in page_tags or [] if isinstance(t, str))
+        for tag in page_tags or []:
+            if valid_tag(tag):
+                tags.append(tag)
+            else:
+                log.warning("upstream.tag_refused", source=source.name, tag=str(tag)[:200], why="not an OCI tag")
         next_url = response.links.get("next", {}).get("url")
         if until is not None:
             return _limited(source, store, state, until, reg, clock)

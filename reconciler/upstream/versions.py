@@ -36,6 +36,21 @@ from reconciler.policy.ancestry import build_commit
 
 _DATE_IN_TAG = re.compile(r"(?<!\d)(20\d{2})(\d{2})(\d{2})(?!\d)")
 
+OCI_TAG = re.compile(r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}")
+"""The tag grammar of the OCI distribution spec (spec.md, "Pulling manifests": a tag "MUST be at most 128
+characters in length and MUST match the following regular expression: `[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}`").
+
+An upstream tag (a GitHub release's tag_name, an OCI registry's tag list) is someone else's string; it
+becomes an image reference `repo:tag`, a branch `lanes/proposals/<lane>/<version>`, a commit trailer and
+text in a pull request. One that does not match is never recorded (`valid_tag`), so none of those ever
+sees a `/`, `..`, a space, a newline or a leading `-`."""
+
+
+def valid_tag(tag: object) -> bool:
+    """Whether `tag` is a string in the OCI tag grammar (`OCI_TAG`, matched whole)."""
+    return isinstance(tag, str) and OCI_TAG.fullmatch(tag) is not None
+
+
 GapRule = Literal["version", "build-date", "commit", "unknown"]
 
 
