@@ -28,7 +28,7 @@ from reconciler.errors import TransientError
 from reconciler.store.held import HeldWrites
 from reconciler.store.lanerecord import LaneRecord, record_from_row, row_from_fields
 from reconciler.store.schema import migrate
-from reconciler.store.sqlite import open_db
+from reconciler.store.sqlite import durable, open_db
 
 SCHEMA_VERSION = 1
 
@@ -136,7 +136,8 @@ class Store:
         }
 
         def write() -> None:
-            self._ids[provisional] = int(self.db.table("journal").insert(row).last_pk or 0)
+            with durable(self.db):
+                self._ids[provisional] = int(self.db.table("journal").insert(row).last_pk or 0)
 
         if self._write(write):
             return self._ids.pop(provisional)
@@ -146,7 +147,8 @@ class Store:
         fields = {"state": "failed" if error else "done", "finished": time.time(), "error": error}
 
         def write() -> None:
-            self.db.table("journal").update(self._ids.pop(step_id, step_id), fields)
+            with durable(self.db):
+                self.db.table("journal").update(self._ids.pop(step_id, step_id), fields)
 
         self._write(write)
 
@@ -194,9 +196,7 @@ class Store:
 
     def retry_schedule(self) -> dict[str, tuple[str, float]]:
         """lane -> (fingerprint, epoch s) for specs waiting out a backoff after a transient failure."""
-        return {
-            r.name: (r.retry_fingerprint, r.retry_at) for r in self.lanes() if r.retry_fingerprint and r.retry_at
-        }
+        return {r.name: (r.retry_fingerprint, r.retry_at) for r in self.lanes() if r.retry_fingerprint and r.retry_at}
 
     def clear_failed(self, name: str) -> bool:
         """`lanes retry`: the condemned spec, and any backoff, no longer hold the lane back."""
@@ -211,7 +211,12 @@ class Store:
     def record_commit(self, sha: str, outcome: str, detail: dict[str, Any]) -> None:
         """What the daemon decided about a commit: applied, denied, invalid, refused, failed."""
         row = {"sha": sha, "outcome": outcome, "detail": json.dumps(detail, default=str), "time": time.time()}
-        if not self._write(lambda: self.db.table("commits").upsert(row, pk="sha")):
+
+        def write() -> None:
+            with durable(self.db):
+                self.db.table("commits").upsert(row, pk="sha")
+
+        if not self._write(write):
             self._held_commits[sha] = row
 
     def commit_outcome(self, sha: str) -> dict[str, Any] | None:
@@ -245,24 +250,26 @@ class Store:
         cause: str | None = None,
         drift: list[dict[str, str]] | None = None,
     ) -> None:
-        self._write(
-            lambda: self.db.table("applies").insert(
-                {
-                    "run": run,
-                    "lane": lane,
-                    "commit": commit,
-                    "fingerprint": fingerprint,
-                    "result": result,
-                    "error": error,
-                    "started": started,
-                    "finished": time.time(),
-                    "timings": json.dumps(timings),
-                    "logs": json.dumps(logs or {}),
-                    "cause": cause,
-                    "drift": json.dumps(drift) if drift else None,
-                }
-            )
-        )
+        row = {
+            "run": run,
+            "lane": lane,
+            "commit": commit,
+            "fingerprint": fingerprint,
+            "result": result,
+            "error": error,
+            "started": started,
+            "finished": time.time(),
+            "timings": json.dumps(timings),
+            "logs": json.dumps(logs or {}),
+            "cause": cause,
+            "drift": json.dumps(drift) if drift else None,
+        }
+
+        def write() -> None:
+            with durable(self.db):
+                self.db.table("applies").insert(row)
+
+        self._write(write)
 
     def applies(self, lane: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         where, args = ("lane = ?", [lane]) if lane else (None, [])

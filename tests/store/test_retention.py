@@ -19,12 +19,37 @@ LATER = time.time() + 400 * DAY_S
 """A clock 400 days on: every row written now is older than any retention below."""
 
 
-def test_step_records_are_written_with_synchronous_full(tmp_path: Path) -> None:
-    """FULL (2): the WAL is synced at each commit, so a journaled step survives a power cut, not only a kill."""
+def _statements(store: Store) -> list[str]:
+    seen: list[str] = []
+    store.db.conn.set_trace_callback(seen.append)
+    return seen
+
+
+def test_step_records_applies_and_decisions_commit_with_synchronous_full(tmp_path: Path) -> None:
+    """FULL: the WAL is synced at each of these commits, so a journaled step survives a power cut, not only a kill."""
     store = Store(tmp_path / "lanes.db")
-    assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 2
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert open_db(tmp_path / "other.db").execute("PRAGMA synchronous").fetchone()[0] == 2
+    seen = _statements(store)
+    step = store.step_started("r1", "a", "c1", 0, "start", {})
+    store.step_finished(step)
+    store.record_apply("r1", "a", "c1", "fp", "applied", None, time.time(), {})
+    store.record_commit("c1", "applied", {})
+    writes = [s.split()[0].upper() for s in seen if not s.upper().startswith(("PRAGMA", "SELECT"))]
+    syncs = [s for s in seen if s.upper().startswith("PRAGMA SYNCHRONOUS")]
+    assert writes and syncs == ["PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"] * 4, seen
+    # Each durable write sits between the two pragmas.
+    marks = [i for i, s in enumerate(seen) if s.upper().startswith("PRAGMA SYNCHRONOUS")]
+    for start, end in zip(marks[::2], marks[1::2], strict=True):
+        assert any(not s.upper().startswith(("PRAGMA", "SELECT")) for s in seen[start + 1 : end])
+    assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL again for the rest
+
+
+def test_lane_records_rewritten_every_cycle_stay_normal(tmp_path: Path) -> None:
+    store = Store(tmp_path / "lanes.db")
+    seen = _statements(store)
+    store.update_lane("a", health="healthy")
+    assert not [s for s in seen if "synchronous" in s.lower()]
+    assert open_db(tmp_path / "other.db").execute("PRAGMA synchronous").fetchone()[0] == 1
 
 
 def _apply(store: Store, lane: str, commit: str, result: str) -> str:
