@@ -95,6 +95,11 @@ class RepoSettings(Section):
         "",
         description='refuse a head commit that is not signed by an allowed signer: "" (off), "ssh" or "gpg"',
     )
+    credential_file: Path | None = Field(
+        None,
+        description="for an https:// url: a file holding the token (user:token, or a token alone) sent as an HTTP "
+        "credential to that remote, over https only; never put a token in the url",
+    )
     allowed_signers: Path | None = Field(
         None,
         description="who may sign: for ssh an allowed_signers file (ssh-keygen -Y verify format), for gpg an "
@@ -130,7 +135,7 @@ class RepoSettings(Section):
             raise ValueError("must be a folder inside the repository (relative, no '..')")
         return value.strip("/")
 
-    @field_validator("allowed_signers", mode="before")
+    @field_validator("allowed_signers", "credential_file", mode="before")
     @classmethod
     def _signers_path(cls, value: Any, info: ValidationInfo) -> Any:
         return path_or_none(value, info)
@@ -468,6 +473,7 @@ class DaemonConfig(Section):
             "ssh.key": self.ssh.key,
             "daemon.secrets_dir": self.daemon.secrets_dir,
             "http.webhook_secret_file": self.http.webhook_secret_file,
+            "repo.credential_file": self.repo.credential_file,
             **{f"upstream.credentials.{n}.file": c.file for n, c in self.upstream.credentials.items()},
         }
 

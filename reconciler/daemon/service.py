@@ -109,6 +109,7 @@ class Daemon:
             ssh_key=cfg.ssh.key,
             known_hosts=cfg.ssh.known_hosts,
             transport="git" if local_worktree else "auto",
+            credential_file=cfg.repo.credential_file,
         )
         self.decider = CommitDecider(cfg, self.store, self.runner, self.mirror, self.metrics)
 

@@ -118,3 +118,16 @@ def test_config_check_shows_the_url_without_its_token(tmp_path: Path) -> None:
         run = CliRunner().invoke(app, ["config", "check", "--config", str(config), *extra])
         assert run.exit_code == 0, run.output
         assert TOKEN not in run.output and "https://forge.example.com/team/state.git" in run.output
+
+
+def test_repo_credential_file_is_a_daemon_credential_never_a_lane_secret(tmp_path: Path) -> None:
+    from reconciler.daemon.config import parse_config
+    from reconciler.errors import InputError
+
+    base = '[repo]\nurl = "https://forge.example.com/team/state.git"\ncredential_file = "$CREDENTIALS_DIRECTORY/{}"\n'
+    env = {"CREDENTIALS_DIRECTORY": str(tmp_path), "HOME": str(tmp_path)}
+    cfg = parse_config(base.format("repo-token"), env=env)
+    assert cfg.repo.credential_file == tmp_path / "repo-token"
+    assert cfg.credential_files()["repo.credential_file"] == tmp_path / "repo-token"
+    with pytest.raises(InputError, match=r"repo\.credential_file .* is in the lane secrets"):
+        parse_config(base.format("lane_repo-token"), env=env)
