@@ -35,6 +35,7 @@ from reconciler.daemon.hookroute import DeliveryWindow, receive_push
 from reconciler.daemon.http import HttpServer, Limits
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
+from reconciler.daemon.retentionjob import prune_journal
 from reconciler.daemon.trialjob import make_trial
 from reconciler.daemon.trigger import Trigger
 from reconciler.daemon.upstreamjob import upstream_job
@@ -254,7 +255,16 @@ class Daemon:
                 loop.add_signal_handler(sig, self.request_stop)
             loop.add_signal_handler(signal.SIGHUP, lambda: self.trigger.kick("reload"))
         self._recover()
+        prune_journal(self.store, self.config.retention)  # at start, then every prune_interval_s
         scheduler = AsyncIOScheduler(event_loop=loop)
+        scheduler.add_job(
+            self._guarded(self._prune_job, "prune"),
+            "interval",
+            seconds=self.config.retention.prune_interval_s,
+            max_instances=1,
+            coalesce=True,
+            id="prune",
+        )
         scheduler.add_job(
             self._guarded(self._fetch_job, "fetch"),
             "interval",
@@ -334,6 +344,9 @@ class Daemon:
         self.trigger.kick("stop")
         if self.cycle_task is not None and not self.cycle_task.done():
             self.cycle_task.cancel()
+
+    async def _prune_job(self) -> None:
+        prune_journal(self.store, self.config.retention)
 
     def _recover(self) -> None:
         """A previous process died mid-transaction: close its journal; the next cycle plans from what runs."""

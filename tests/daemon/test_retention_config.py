@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from reconciler.daemon.config import SYSTEMD_ENV, RetentionSettings, load_config, parse_config
+from reconciler.daemon.retentionjob import prune_journal
 from reconciler.errors import InputError
-from reconciler.store.retention import Retention
+from reconciler.store.journal import Store
+from reconciler.store.retention import DAY_S, Retention
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -42,3 +45,22 @@ def test_bad_values_are_named(line: str, key: str) -> None:
     with pytest.raises(InputError) as info:
         parse_config(REPO + f"[retention]\n{line}\n", file="r.toml", env=SYSTEMD_ENV)
     assert key in str(info.value)
+
+
+def test_the_daemon_job_prunes_old_rows_and_keeps_the_last_healthy(tmp_path: Path) -> None:
+    store = Store(tmp_path / "lanes.db", hold_writes=True)
+    old = time.time() - 400 * DAY_S
+    for i, result in enumerate(["applied", "rolled-back", "rolled-back"]):
+        row = {"run": f"r{i}", "lane": "a", "commit": f"c{i}", "result": result, "started": old, "finished": old}
+        store.db.table("applies").insert(row, alter=True)
+        step = {"run": f"r{i}", "lane": "a", "state": "done", "started": old, "finished": old}
+        store.db.table("journal").insert(step)
+    pruned = prune_journal(store, RetentionSettings())
+    assert pruned is not None and (pruned.applies, pruned.journal) == (1, 1)
+    assert sorted(r["commit"] for r in store.applies()) == ["c0", "c2"]
+
+
+def test_the_daemon_job_survives_a_refusing_database(tmp_path: Path) -> None:
+    store = Store(tmp_path / "lanes.db", hold_writes=True)
+    store.db.conn.execute("BEGIN")  # a transaction already open: BEGIN IMMEDIATE fails
+    assert prune_journal(store, RetentionSettings()) is None
