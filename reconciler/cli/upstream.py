@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, handle_errors
+from reconciler.daemon.config import load_config
 from reconciler.source.gitread import open_repo, read_commit
 from reconciler.spec.load import DesiredState, load_desired
 from reconciler.upstream.base import PollResult, PollSettings
@@ -54,6 +55,27 @@ def progress(result: PollResult) -> None:
     err_console.print(f"[{color}]{result.status:12}[/] {result.describe()}", highlight=False, soft_wrap=True)
 
 
+TokensOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="the daemon's settings (reconciler.toml): the upstream tokens and the hosts each may go to; "
+        "without it no token is sent to a source of upstreams.yaml",
+    ),
+]
+
+
+def poll_settings(data_dir: Path, secrets_dir: Path | None, config: Path | None) -> PollSettings:
+    """Tokens for upstreams.yaml only as the daemon's settings declare them (`[upstream.credentials]`)."""
+    settings = PollSettings(data_dir=data_dir, credentials_dir=secrets_dir)
+    if config is None:
+        return settings
+    declared = load_config(config).poll_settings()
+    return settings.model_copy(
+        update={"credentials": declared.credentials, "allow_insecure_hosts": declared.allow_insecure_hosts}
+    )
+
+
 @handle_errors
 def upstream_cmd(
     repo: RepoOpt = ".",
@@ -64,10 +86,11 @@ def upstream_cmd(
     state_dir: StateDirOpt = "state",
     data_dir: DataOpt = DEFAULT_DATA,
     secrets_dir: SecretsOpt = None,
+    config: TokensOpt = None,
 ) -> None:
     """The gap table: each lane's engine build against the newest upstream release or branch head."""
     desired = load_state(repo, rev, state_dir)
-    settings = PollSettings(data_dir=data_dir, credentials_dir=secrets_dir)
+    settings = poll_settings(data_dir, secrets_dir, config)
     polled: list[PollResult] = []
     with UpstreamStore(db) as store:
         if refresh:
@@ -124,9 +147,10 @@ def propose_cmd(
     state_dir: StateDirOpt = "state",
     data_dir: DataOpt = DEFAULT_DATA,
     secrets_dir: SecretsOpt = None,
+    config: TokensOpt = None,
 ) -> None:
     """Propose a branch (and a pull request) for the newest qualifying release of every tracking lane."""
-    poll = PollSettings(data_dir=data_dir, credentials_dir=secrets_dir)
+    poll = poll_settings(data_dir, secrets_dir, config)
     forge_settings = None
     if forge is not None:
         if not forge_repo:
