@@ -35,7 +35,14 @@ def _pulls_url(forge: ForgeSettings) -> str:
     return f"{base}/api/v1/repos/{forge.repo}/pulls"
 
 
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
 def _headers(forge: ForgeSettings, token: str | None) -> dict[str, str]:
+    url = httpx.URL(forge.api_url)
+    if token and url.scheme != "https" and url.host not in _LOOPBACK:
+        # A token goes over https only (a forge on loopback, as in tests, is the one exception).
+        raise PermanentError(f"the forge token is not sent over plain {url.scheme} to {url.host}; use https")
     headers = {"Accept": "application/json"}
     if forge.kind == "github":
         headers["Accept"] = "application/vnd.github+json"

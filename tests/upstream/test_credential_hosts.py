@@ -163,3 +163,22 @@ def test_plain_http_hosts_for_tokens_are_loopback_only(tmp_path: Path) -> None:
     creds = credentials_dir(tmp_path)
     with pytest.raises(InputError, match="not a loopback host"):
         daemon_config(tmp_path, creds, 'allow_insecure_hosts = ["evil.example.com"]\n')
+
+
+async def test_the_forge_token_goes_over_https_only() -> None:
+    import httpx
+
+    from reconciler.errors import PermanentError
+    from reconciler.upstream.forge import ForgeSettings, open_pull
+
+    seen: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=[])
+
+    forge = ForgeSettings(kind="gitea", api_url="http://forge.example.com", repo="team/state")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(record)) as client:
+        with pytest.raises(PermanentError, match="not sent over plain http"):
+            await open_pull(client, forge, GITHUB_TOKEN, title="t", head="h", base="main", body="b")
+    assert seen == []
