@@ -47,11 +47,13 @@ async def upstream_job(
             )
         tracked = {lane.track.source for lane in desired.lanes.values() if lane.track is not None}
         if base is not None and any(r.new and r.source in tracked for r in results):
+            token = config.repo.credential_file  # an https remote's token: the URL carries none (issue 14)
             settings = ProposalSettings(
                 base=config.repo.branch,
                 state_dir=config.repo.state_dir,
                 policies_dir=config.repo.policies_dir,
-                poll=poll,
+                poll=poll.model_copy(update={"credentials_dir": token.parent}) if token else poll,
+                push_credential=token.name if token else None,
             )
             for outcome in await propose_all(mirror.repo, store, settings, trial=trial, base=base):
                 log.info("upstream.proposal", outcome=str(outcome))
