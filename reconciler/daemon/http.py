@@ -271,13 +271,15 @@ class HttpServer:
         except Exception as exc:
             log.exception("http.connection_failed", error=str(exc))
         finally:
-            self._conns.remove(task)
             if writer is not None:
                 writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+                try:
+                    await asyncio.wait_for(writer.wait_closed(), 1.0)
+                except BaseException:  # a timeout or a cancel (close()): the descriptor is closed now all the same
+                    writer.transport.abort()
             else:
                 sock.close()
+            self._conns.remove(task)  # only now: the table counts open descriptors
 
     async def _one_request(
         self, task: asyncio.Task[Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -35,7 +35,7 @@ class ConnTable:
         return len(self._conns)
 
     def full(self) -> bool:
-        return len(self._conns) >= self.cap
+        return len(self._conns) - len(self._evicted) >= self.cap
 
     def add(self, conn: Conn) -> None:
         self._conns[conn.task] = conn
@@ -59,11 +59,11 @@ class ConnTable:
 
     def evict_oldest_head(self) -> bool:
         """Free the slot of the connection waiting longest for its head; False when none is."""
-        waiting = [c for c in self._conns.values() if c.reading_head]
+        waiting = [c for c in self._conns.values() if c.reading_head and c.task not in self._evicted]
         if not waiting:
             return False
         victim = min(waiting, key=lambda c: c.since)
-        del self._conns[victim.task]
+        # It stays in the table until its descriptor is closed, so the table counts descriptors, not hopes.
         self._evicted.add(victim.task)
         victim.task.cancel()
         self.evictions += 1
