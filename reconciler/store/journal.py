@@ -25,6 +25,7 @@ from typing import Any
 import sqlite_utils
 
 from reconciler.errors import TransientError
+from reconciler.logsetup import redact
 from reconciler.store.held import HeldWrites
 from reconciler.store.lanerecord import LaneRecord, record_from_row, row_from_fields
 from reconciler.store.schema import migrate
@@ -144,7 +145,7 @@ class Store:
         return provisional
 
     def step_finished(self, step_id: int, *, error: str | None = None) -> None:
-        fields = {"state": "failed" if error else "done", "finished": time.time(), "error": error}
+        fields = {"state": "failed" if error else "done", "finished": time.time(), "error": _clean(error)}
 
         def write() -> None:
             with durable(self.db):
@@ -256,11 +257,11 @@ class Store:
             "commit": commit,
             "fingerprint": fingerprint,
             "result": result,
-            "error": error,
+            "error": _clean(error),
             "started": started,
             "finished": time.time(),
             "timings": json.dumps(timings),
-            "logs": json.dumps(logs or {}),
+            "logs": json.dumps({k: redact(v) for k, v in (logs or {}).items()}),
             "cause": cause,
             "drift": json.dumps(drift) if drift else None,
         }
@@ -277,3 +278,8 @@ class Store:
 
 
 __all__ = ["LaneRecord", "Store"]
+
+
+def _clean(error: str | None) -> str | None:
+    """An error as stored: remote output can quote a secret, which never reaches sqlite (issue 14)."""
+    return redact(error) if error else error

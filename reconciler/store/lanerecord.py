@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.logsetup import redact
+
 LANE_COLUMNS = (
     "name",
     "desired",
@@ -106,6 +108,8 @@ def row_from_fields(name: str, updated: float, fields: dict[str, Any]) -> dict[s
     for key, value in fields.items():
         if key in JSON_LANE_FIELDS:
             row[key] = None if value is None else json.dumps(list(value) if key == "hosts" else value, default=str)
+        elif key == "last_error" and isinstance(value, str):
+            row[key] = redact(value)  # remote output can quote a secret (issue 14)
         else:
             row[key] = value
     return row

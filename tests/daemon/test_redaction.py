@@ -19,7 +19,7 @@ import structlog
 from reconciler.daemon.config import load_config
 from reconciler.daemon.service import Daemon
 from reconciler.execute.secrets import SecretStore, secret_values
-from reconciler.logsetup import RedactingStream, configure, forget_secrets, redact
+from reconciler.logsetup import RedactingStream, configure, forget_secrets, redact, remember_secrets
 from tests.support.gitrepo import StateRepo
 
 pytestmark = pytest.mark.timeout(30)
@@ -86,3 +86,24 @@ def test_sighup_reloads_the_secret_values(tmp_path: Path) -> None:
         assert redact("hf_rotated_0123456789 whsec_rotated_0123456789") == "[redacted] [redacted]"
     finally:
         daemon.store.close()
+
+
+def test_errors_and_log_tails_are_redacted_before_the_journal_stores_them(tmp_path: Path) -> None:
+    """Remote output in an error (a refused `docker run` quoting its env) never reaches sqlite as is."""
+    from reconciler.store.journal import Store
+
+    secret = "hf_in_an_error_0123456789"
+    remember_secrets([secret])
+    store = Store(tmp_path / "lanes.db")
+    try:
+        step = store.step_started("run1", "lane-a", "c" * 40, 1, "start", {})
+        store.step_finished(step, error=f"docker run refused: HF_TOKEN={secret}")
+        store.record_apply(
+            "run1", "lane-a", "c" * 40, None, "failed", f"rank said {secret}", 0.0, {}, {"r0@dgx1": f"tok={secret}"}
+        )
+        store.update_lane("lane-a", last_error=f"failed: {secret}")
+        assert secret not in json.dumps([store.journal("lane-a"), store.lane("lane-a").__dict__], default=str)
+    finally:
+        store.close()
+    for path in tmp_path.iterdir():
+        assert secret.encode() not in path.read_bytes(), path
