@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import ipaddress
 import json
@@ -231,6 +232,11 @@ class HttpServer:
                     )
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
+            except Exception as exc:  # never let the listener die silently
+                if self._accept_errors.due():
+                    log.exception("http.accept_failed", error=str(exc), since_last=self._accept_errors.take())
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
             if self._conns.full() and not self._conns.evict_oldest_head():
                 # Every slot is past its head (reading a body, handling, answering): not read, closed now.
                 client.close()
@@ -242,10 +248,16 @@ class HttpServer:
                 continue
             client.setblocking(False)
             task = asyncio.create_task(self._serve(client))
+            # Even a task cancelled before its first step (its `finally` never runs) frees its slot and socket.
+            task.add_done_callback(functools.partial(self._finished, client))
             self._conns.add(Conn(task, loop.time()))
             # sock_accept does not yield while connections are pending: let the new connection read its head
             # and an evicted one close its descriptor before the next accept.
             await asyncio.sleep(0)
+
+    def _finished(self, sock: socket.socket, task: asyncio.Task[Any]) -> None:
+        self._conns.remove(task)
+        sock.close()
 
     # -- one connection, one request -------------------------------------------------
 
