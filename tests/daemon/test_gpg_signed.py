@@ -79,7 +79,8 @@ async def test_gpg_signed_heads_apply_and_others_are_refused(tmp_path: Path, hom
 
         good = gpg_commit(git, alice, fast_files(), "signed fleet\n")
         await w.deployed(good)
-        assert w.outcome(good) == "applied"
+        # The decision is recorded when the cycle ends, a moment after the ranks run.
+        await wait_for(lambda: w.outcome(good) == "applied", 30, "the signed head recorded as applied")
 
         stranger = gpg_commit(git, mallory, fast_files(**{EUGR: {"max_num_seqs": 4}}), "eugr: 4 sequences\n")
         await wait_for(lambda: w.outcome(stranger) == "refused", 30, "the head signed by another key refused")

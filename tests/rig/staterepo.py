@@ -60,6 +60,13 @@ class StateRepo:
         self.git("init", "-q", "--bare", "-b", "main", str(self.forge))
         self.git("init", "-q", "-b", "main", str(self.work))
         shutil.copytree(policies, self.work / "policies")
+        # The rig's hosts mount folders of the rig's own (a test's odd-named folder): allow it as a site would
+        # allow its scratch disk, in the same policy file a fleet edits.
+        rules = self.work / "policies" / "rules.yaml"
+        allow = "allow: [/models, /data, /scratch]"
+        if allow not in rules.read_text():
+            raise RigError(f"policies/rules.yaml no longer says `{allow}`: teach the rig its new shape")
+        rules.write_text(rules.read_text().replace(allow, f"allow: [/models, /data, /scratch, {self.folder}]"))
         state = self.work / "state"
         for folder in ("hosts", "models", "lanes"):
             (state / folder).mkdir(parents=True)
