@@ -137,14 +137,7 @@ def read_credential(directory: Path | None, name: str) -> str:
         raise PermanentError(f"credential name '{name}' is not a plain name")
     if directory is None:
         raise PermanentError(f"credential '{name}' is needed but no credentials directory is configured")
-    path = directory / name
-    try:
-        value = path.read_text().strip()
-    except OSError as exc:
-        raise PermanentError(f"credential '{name}' cannot be read from {path}: {exc.strerror}") from None
-    if not value:
-        raise PermanentError(f"credential '{name}' in {path} is empty")
-    return value
+    return _read_token(directory / name, name)
 
 
 def _host_keys(url: httpx.URL) -> set[str]:
