@@ -105,6 +105,12 @@ class RepoSettings(Section):
         description="who may sign: for ssh an allowed_signers file (ssh-keygen -Y verify format), for gpg an "
         "armored export of the trusted public keys; required when require_signed_commits is set",
     )
+    evidence_signers: Path | None = Field(
+        None,
+        description="an SSH allowed_signers file declaring the daemon's evidence key under the principal "
+        "lanes-evidence (only that principal is read from it); with ssh signing the allowed_signers file may "
+        "declare it instead; required with gpg signing and [bench] on, since evidence commits are SSH-signed",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -135,7 +141,7 @@ class RepoSettings(Section):
             raise ValueError("must be a folder inside the repository (relative, no '..')")
         return value.strip("/")
 
-    @field_validator("allowed_signers", "credential_file", mode="before")
+    @field_validator("allowed_signers", "credential_file", "evidence_signers", mode="before")
     @classmethod
     def _signers_path(cls, value: Any, info: ValidationInfo) -> Any:
         return path_or_none(value, info)
@@ -378,6 +384,16 @@ class BenchSettings(Section):
     """[bench]: benchmark a lane after it changes and commit the evidence."""
 
     enabled: bool = Field(False, description="benchmark each lane after a change and commit evidence/<lane>/...json")
+    signing_key: Path | None = Field(
+        None,
+        description="the SSH private key that signs evidence commits when signed commits are required (declared "
+        "as lanes-evidence in the signers); default ssh.key",
+    )
+
+    @field_validator("signing_key", mode="before")
+    @classmethod
+    def _key_path(cls, value: Any, info: ValidationInfo) -> Any:
+        return path_or_none(value, info)
 
 
 class RetentionSettings(Section):
@@ -439,6 +455,21 @@ class DaemonConfig(Section):
         return value
 
     @model_validator(mode="after")
+    def _evidence_verifiable(self) -> DaemonConfig:
+        """Evidence commits are SSH-signed: with gpg signing, the daemon must know its evidence key to accept them."""
+        if self.bench.enabled and self.repo.require_signed_commits == "gpg" and self.repo.evidence_signers is None:
+            raise ValueError(
+                'require_signed_commits = "gpg" with [bench] enabled needs repo.evidence_signers: an SSH '
+                "allowed_signers file naming the daemon's evidence key as lanes-evidence (its evidence commits are "
+                "SSH-signed; without it every evidence commit would be refused)"
+            )
+        return self
+
+    def evidence_key(self) -> Path:
+        """The key that signs evidence commits."""
+        return self.bench.signing_key or self.ssh.key
+
+    @model_validator(mode="after")
     def _credentials_apart(self) -> DaemonConfig:
         """No daemon credential may sit where a lane secret is read: a lane could name it otherwise."""
         lane_dir, prefix = self.daemon.secrets_dir, self.daemon.secrets_prefix
@@ -471,6 +502,7 @@ class DaemonConfig(Section):
         """Files and folders that hold secrets: shown by `config check`, never read by it."""
         return {
             "ssh.key": self.ssh.key,
+            "bench.signing_key": self.bench.signing_key,
             "daemon.secrets_dir": self.daemon.secrets_dir,
             "http.webhook_secret_file": self.http.webhook_secret_file,
             "repo.credential_file": self.repo.credential_file,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any, Literal
 
 import pygit2
@@ -152,14 +153,16 @@ class CommitDecider:
     def _signature(self, sha: str, mode: Literal["ssh", "gpg"]) -> tuple[bool, str | None, str]:
         """A commit's signature check, once per commit and allowed-signers file (ssh-keygen costs a fork)."""
         signers = self.config.repo.allowed_signers
-        try:
-            stamp = str(signers.stat().st_mtime_ns) if signers is not None else ""
-        except OSError:
-            stamp = "missing"
         # Judged again each hour: a key's valid-before, or its gpg expiry, is checked at the time of the check.
-        key = (sha, mode, str(signers), stamp, str(int(time.time() // 3600)))
+        key = (sha, mode, _stamp(signers), _stamp(self.config.repo.evidence_signers), str(int(time.time() // 3600)))
         if key not in self._signatures:
-            check = verify_commit(self.mirror.repo, sha, mode=mode, allowed_signers=signers)
+            check = verify_commit(
+                self.mirror.repo,
+                sha,
+                mode=mode,
+                allowed_signers=signers,
+                evidence_signers=self.config.repo.evidence_signers,
+            )
             result = (check.ok, check.signer, check.reason)
             if check.ok and check.evidence_only:
                 result = self._evidence_only(sha, check.signer or EVIDENCE_PRINCIPAL, mode)
@@ -276,3 +279,13 @@ def _repeats(recorded: dict[str, Any], verdict: dict[str, Any]) -> bool:
         return False
     before = {(e.get("lane"), e.get("result")) for e in recorded["detail"].get("lanes") or []}
     return {(e.get("lane"), e.get("result")) for e in lanes} == before
+
+
+def _stamp(path: Path | None) -> str:
+    """A signers file as it is now (path and change time): a changed file is read again."""
+    if path is None:
+        return ""
+    try:
+        return f"{path}@{path.stat().st_mtime_ns}"
+    except OSError:
+        return f"{path}@missing"

@@ -4,8 +4,9 @@ Runs inside the reconcile cycle, after the applies, so a benchmark never
 overlaps a change to the same hosts; the evidence commit (own identity,
 trailers `Lane:`, `Evidence-For:`, `pp:`, `tg:`) moves the branch, which the
 daemon then sees as a commit that changes no lane. With SSH-signed commits
-required, the daemon signs it with its own key (`ssh.key`, listed in the
-allowed signers as `lanes-evidence`) and builds it only on the commit it
+required (ssh or gpg), the daemon signs it with its own SSH key
+(`bench.signing_key`, default `ssh.key`, declared as `lanes-evidence` in the
+allowed signers or in `repo.evidence_signers`) and builds it only on the commit it
 verified and decided (or its own evidence commits on it): see
 `reconciler.source.evidence` for why evidence stays on the watched branch.
 """
@@ -73,7 +74,8 @@ async def benchmark_changed(
         return []
     targets = targets_for(desired, config.overrides())
     local = Path(config.repo.url) if config.repo.is_local and (Path(config.repo.url) / ".git").exists() else None
-    signing = config.repo.require_signed_commits == "ssh"
+    # Signed in either mode: with gpg, `repo.evidence_signers` declares this SSH key for evidence alone.
+    signing = bool(config.repo.require_signed_commits)
     made: list[str] = []
     for r in result.results:
         lane = desired.lanes.get(r.lane)
@@ -95,7 +97,7 @@ async def benchmark_changed(
                 evidence_message(ev, desired.commit),
                 branch=config.repo.branch,
                 local_worktree=local,
-                signing_key=config.ssh.key if signing else None,
+                signing_key=config.evidence_key() if signing else None,
                 parents={desired.commit, *made} if signing else None,
             )
         except (LanesError, OSError) as exc:

@@ -72,8 +72,14 @@ def verify_commit(
     mode: Literal["ssh", "gpg"],
     allowed_signers: Path | None,
     gpg_home: Path | None = None,
+    evidence_signers: Path | None = None,
 ) -> SignatureCheck:
-    """Whether commit `sha` is signed by an allowed key; never raises for a bad signature."""
+    """Whether commit `sha` is signed by an allowed key; never raises for a bad signature.
+
+    `evidence_signers`: an SSH allowed-signers file that declares the daemon's evidence key (principal
+    `lanes-evidence`). Only evidence principals are taken from it, in either mode: with GPG signing a
+    person still signs with GPG, and the daemon's SSH-signed evidence commits are checked here.
+    """
     try:
         commit = repo.revparse_single(sha).peel(pygit2.Commit)
     except (KeyError, ValueError, pygit2.GitError) as exc:
@@ -85,6 +91,15 @@ def verify_commit(
         return SignatureCheck(False, None, f"commit {_short(full)} is not signed")
     is_ssh = signature.lstrip().startswith(_SSH_ARMOR)
     is_pgp = signature.lstrip().startswith(_PGP_ARMOR)
+    if is_ssh and evidence_signers is not None and (mode == "gpg" or evidence_signers != allowed_signers):
+        check = _verify_ssh(full, signature, payload, evidence_signers)
+        if check.ok and check.evidence_only:
+            return check
+        if mode == "gpg":
+            why = check.reason if not check.ok else f"{check.signer} is not an evidence principal"
+            return SignatureCheck(
+                False, None, f"commit {_short(full)} has an SSH signature; GPG signatures required ({why})"
+            )
     if mode == "ssh":
         if not is_ssh:
             kind = "a GPG" if is_pgp else "an unknown kind of"

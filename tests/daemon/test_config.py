@@ -239,6 +239,17 @@ def test_signed_commits_need_allowed_signers() -> None:
     assert "needs allowed_signers" in err.message
 
 
+def test_gpg_signing_with_bench_needs_the_evidence_signers() -> None:
+    text = '[repo]\nurl = "/x"\nrequire_signed_commits = "gpg"\nallowed_signers = "/a"\n[bench]\nenabled = true\n'
+    err = error_of(text)
+    assert "needs repo.evidence_signers" in err.message
+    text = text.replace('allowed_signers = "/a"', 'allowed_signers = "/a"\nevidence_signers = "/e"')
+    cfg = parse_config(text, env=NO_ENV)
+    assert cfg.repo.evidence_signers == Path("/e") and cfg.evidence_key() == cfg.ssh.key
+    cfg = parse_config(text.replace("enabled = true", 'enabled = true\nsigning_key = "/k"'), env=NO_ENV)
+    assert cfg.evidence_key() == Path("/k")
+
+
 def test_host_override_errors_point_into_the_host_table() -> None:
     err = error_of('[repo]\nurl = "/x"\n[hosts.dgx1]\naddress = "a"\nport = 70000\n')
     assert (err.line, err.field) == (5, "hosts.dgx1.port")

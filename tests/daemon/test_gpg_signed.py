@@ -14,8 +14,9 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from tests.source.test_signatures import gpg_sign, run
-from tests.support.example import EUGR, example_state, fast, fast_files, loaded
+from reconciler.source.signatures import verify_commit
+from tests.source.test_signatures import gpg_sign, run, ssh_key
+from tests.support.example import EUGR, PRODUCTION, example_state, fast, fast_files, loaded
 from tests.support.sparks import loopback
 from tests.support.waiting import wait_for
 from tests.support.world import world_over
@@ -86,3 +87,55 @@ async def test_gpg_signed_heads_apply_and_others_are_refused(tmp_path: Path, hom
         await wait_for(lambda: w.outcome(stranger) == "refused", 30, "the head signed by another key refused")
         assert "not in the keyring" in w.commit_outcome(stranger)["detail"]["refused"]
         assert w.health(EUGR) == ("healthy", good)
+
+
+def evidence_signer(keys: Path) -> tuple[Path, Path]:
+    """A key of the daemon's own for evidence, and an SSH allowed-signers file declaring it for evidence only."""
+    keys.mkdir()
+    key = ssh_key(keys, "evidence")
+    signers = keys / "evidence_signers"
+    public = " ".join(Path(f"{key}.pub").read_text().split()[:2])
+    signers.write_text(f'lanes-evidence namespaces="git" {public}\n')
+    return key, signers
+
+
+async def test_gpg_signing_and_bench_work_together(tmp_path: Path, homes: tuple[Path, Path]) -> None:
+    """People sign with GPG; the daemon signs its evidence with its own SSH key, declared for evidence alone in
+    `repo.evidence_signers` and set apart from the key it reaches the hosts with (`bench.signing_key`)."""
+    alice, _ = homes
+    allowed = tmp_path / "allowed.asc"
+    allowed.write_bytes(run("gpg", "--batch", "--armor", "--export", "alice@example.org", env=_env(alice)))
+    evidence_key, evidence_signers = evidence_signer(tmp_path / "keys")
+    quick = {EUGR: {"bench_profile": "quick"}, PRODUCTION: {"bench_profile": "quick"}}
+    async with world_over(loaded(fast(example_state())), tmp_path, tmp_path / "simwork", loopback(next(_salt))) as w:
+        git = w.repo.repo
+        start = gpg_commit(git, alice, fast_files(**quick), "signed fleet, benchmarked\n")
+        d = w.add_daemon(
+            "daemon",
+            extra=f'require_signed_commits = "gpg"\nallowed_signers = "{allowed}"\n'
+            f'evidence_signers = "{evidence_signers}"',
+        )
+        d.config.write_text(d.config.read_text() + f'[bench]\nenabled = true\nsigning_key = "{evidence_key}"\n')
+        await d.start()
+        await w.deployed(start)
+
+        def evidence_head() -> str | None:
+            head = str(git.references["refs/heads/main"].target)
+            commit = git[head]
+            assert isinstance(commit, pygit2.Commit)
+            return head if "Evidence-For:" in commit.message and w.outcome(head) is not None else None
+
+        await wait_for(lambda: evidence_head() is not None, 120, "an evidence commit decided by the daemon")
+        head = evidence_head()
+        assert head is not None
+        assert w.outcome(head) == "applied", w.commit_outcome(head)
+        check = verify_commit(git, head, mode="gpg", allowed_signers=allowed, evidence_signers=evidence_signers)
+        assert check.ok and check.signer == "lanes-evidence" and check.evidence_only
+        # The evidence key is not the one the daemon reaches the hosts with, and vouches for nothing else.
+        assert verify_commit(git, head, mode="gpg", allowed_signers=allowed).ok is False
+        assert not d.events("commit.refused")
+
+        # A person's next GPG-signed change on top of the evidence is applied as usual.
+        bump = gpg_commit(git, alice, fast_files(**{**quick, EUGR: {**quick[EUGR], "max_num_seqs": 4}}), "eugr: 4\n")
+        await wait_for(lambda: w.outcome(bump) == "applied", 60, "the next signed change applied")
+        assert w.health(EUGR) == ("healthy", bump)
