@@ -20,13 +20,14 @@ from rich.table import Table
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, handle_errors
 from reconciler.daemon.config import load_config
+from reconciler.source.acceptance import Signers, accepted
 from reconciler.source.gitread import open_repo, read_commit
 from reconciler.spec.load import DesiredState, load_desired
 from reconciler.upstream.base import PollResult, PollSettings
 from reconciler.upstream.forge import ForgeSettings
 from reconciler.upstream.gap import GapRow, gap_rows
 from reconciler.upstream.poll import poll_all
-from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, propose_all
+from reconciler.upstream.proposals import AcceptFn, ProposalOutcome, ProposalSettings, propose_all
 from reconciler.upstream.store import UpstreamStore
 
 RepoOpt = Annotated[str, typer.Option("--repo", help="path of the state repository")]
@@ -60,9 +61,21 @@ TokensOpt = Annotated[
     typer.Option(
         "--config",
         help="the daemon's settings (reconciler.toml): the upstream tokens and the hosts each may go to; "
-        "without it no token is sent to a source of upstreams.yaml",
+        "without it no token is sent to a source of upstreams.yaml; with signing on in it, `lanes propose` "
+        "starts only from a commit the daemon would accept",
     ),
 ]
+
+
+def signature_check(config: Path | None) -> AcceptFn | None:
+    """With the daemon's settings and signing on, the daemon's own check of the commit proposals start from."""
+    if config is None:
+        return None
+    repo = load_config(config).repo
+    if not repo.require_signed_commits:
+        return None
+    signers = Signers(repo.require_signed_commits, repo.allowed_signers, repo.evidence_signers)
+    return lambda repository, sha: accepted(repository, sha, signers)
 
 
 def poll_settings(data_dir: Path, secrets_dir: Path | None, config: Path | None) -> PollSettings:
@@ -170,7 +183,7 @@ def propose_cmd(
         if refresh:
             desired = load_state(repo, base, state_dir)
             asyncio.run(poll_all(desired.upstreams, store, poll, on_result=progress))
-        outcomes = asyncio.run(propose_all(repo, store, settings))
+        outcomes = asyncio.run(propose_all(repo, store, settings, accept=signature_check(config)))
     failed = any(o.action == "failed" for o in outcomes)
     if as_json:
         print(json.dumps({"ok": not failed, "proposals": [o.to_json() for o in outcomes]}, indent=2))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any, Literal
 
 import pygit2
@@ -28,16 +27,15 @@ from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, CycleRunner
 from reconciler.execute.results import Result
 from reconciler.plan.steps import Cause
+from reconciler.source.acceptance import Signers, accepted
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.source.mirror import Mirror
 from reconciler.source.notes import write_verdict_note
-from reconciler.source.signatures import EVIDENCE_PRINCIPAL, verify_commit
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
 from reconciler.store.trust import allowed_rewind, anchor, set_anchor
 
 log = structlog.get_logger("lanes.daemon")
-EVIDENCE_DIR = "evidence"
 
 
 def log_progress(event: ProgressEvent) -> None:
@@ -151,47 +149,11 @@ class CommitDecider:
         return self._rewind(sha)
 
     def _signature(self, sha: str, mode: Literal["ssh", "gpg"]) -> tuple[bool, str | None, str]:
-        """A commit's signature check, once per commit and allowed-signers file (ssh-keygen costs a fork)."""
-        signers = self.config.repo.allowed_signers
-        # Judged again each hour: a key's valid-before, or its gpg expiry, is checked at the time of the check.
-        key = (sha, mode, _stamp(signers), _stamp(self.config.repo.evidence_signers), str(int(time.time() // 3600)))
-        if key not in self._signatures:
-            check = verify_commit(
-                self.mirror.repo,
-                sha,
-                mode=mode,
-                allowed_signers=signers,
-                evidence_signers=self.config.repo.evidence_signers,
-            )
-            result = (check.ok, check.signer, check.reason)
-            if check.ok and check.evidence_only:
-                result = self._evidence_only(sha, check.signer or EVIDENCE_PRINCIPAL, mode)
-            if len(self._signatures) > 256:
-                self._signatures.clear()
-            self._signatures[key] = result
-        return self._signatures[key]
-
-    def _evidence_only(self, sha: str, signer: str, mode: Literal["ssh", "gpg"]) -> tuple[bool, str | None, str]:
-        """The daemon's evidence key vouches for `evidence/` alone: the rest must be its parent's, itself accepted."""
-        commit = self.mirror.repo[sha].peel(pygit2.Commit)
-        assert isinstance(commit, pygit2.Commit)
-        if len(commit.parents) != 1:
-            return False, None, f"commit {sha[:12]} is signed by the evidence key {signer} but has not one parent"
-        parent = commit.parents[0]
-        diff = parent.tree.diff_to_tree(commit.tree)
-        for delta in diff.deltas:
-            for path in {delta.old_file.path, delta.new_file.path}:
-                if not path.startswith(EVIDENCE_DIR + "/"):
-                    return (
-                        False,
-                        None,
-                        f"commit {sha[:12]} is signed by the evidence key {signer}, which may only add "
-                        f"{EVIDENCE_DIR}/, but changes {path}",
-                    )
-        ok, parent_signer, why = self._signature(str(parent.id), mode)
-        if not ok:
-            return False, None, f"commit {sha[:12]} adds evidence on top of a commit that is not accepted: {why}"
-        return True, signer, f"commit {sha[:12]}: evidence by {signer} on {str(parent.id)[:12]} ({parent_signer})"
+        """A commit's signature verdict, once per commit and signers files (ssh-keygen costs a fork)."""
+        repo = self.config.repo
+        return accepted(
+            self.mirror.repo, sha, Signers(mode, repo.allowed_signers, repo.evidence_signers), self._signatures
+        )
 
     def _rewind(self, sha: str) -> str | None:
         """A head that does not descend from the last applied commit is a replay until an operator allows it."""
@@ -279,13 +241,3 @@ def _repeats(recorded: dict[str, Any], verdict: dict[str, Any]) -> bool:
         return False
     before = {(e.get("lane"), e.get("result")) for e in recorded["detail"].get("lanes") or []}
     return {(e.get("lane"), e.get("result")) for e in lanes} == before
-
-
-def _stamp(path: Path | None) -> str:
-    """A signers file as it is now (path and change time): a changed file is read again."""
-    if path is None:
-        return ""
-    try:
-        return f"{path}@{path.stat().st_mtime_ns}"
-    except OSError:
-        return f"{path}@missing"

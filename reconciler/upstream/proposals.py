@@ -84,6 +84,8 @@ class ProposalOutcome:
         return {**self.__dict__, "denial": list(self.denial)}
 
 
+AcceptFn = Callable[[pygit2.Repository, str], tuple[bool, str | None, str]]
+"""(repository, commit) -> (accepted, signer, reason): the signature check proposals start from."""
 TrialFn = Callable[[Lane, str, str], Awaitable[str]]
 """(lane, proposal commit, proposal branch) -> markdown for the pull request: runs the candidate on spare hosts."""
 
@@ -116,6 +118,7 @@ async def propose_all(
     clock: Clock | None = None,
     trial: TrialFn | None = None,
     base: str | None = None,
+    accept: AcceptFn | None = None,
 ) -> list[ProposalOutcome]:
     """One pass over every lane with `track:`; one lane's failure never stops another.
 
@@ -123,10 +126,14 @@ async def propose_all(
     is opened, and what it returns goes into the request's body; only a proposal commit made here is
     tried, never one adopted from the remote. `base`, when given, is the commit proposals start from
     (the daemon's last verified and decided commit) instead of the fetched head of the tracked branch.
+    `accept`, when given, judges the commit proposals would start from (a person's run with the daemon's
+    settings, signing on): nothing is proposed from a commit it does not accept.
     """
     if client is None:
         async with make_client(settings.poll) as own:
-            return await propose_all(repo, store, settings, client=own, clock=clock, trial=trial, base=base)
+            return await propose_all(
+                repo, store, settings, client=own, clock=clock, trial=trial, base=base, accept=accept
+            )
     repository = repo if isinstance(repo, pygit2.Repository) else open_repo(repo)
     push_secret = (
         read_credential(settings.poll.credentials_dir, settings.push_credential) if settings.push_credential else None
@@ -136,6 +143,10 @@ async def propose_all(
     if remote is not None:
         await asyncio.to_thread(gitbranch.fetch, repository, remote, creds)
     start = _base_commit(repository, remote, settings.base) if base is None else _commit(repository, base)
+    if accept is not None:
+        ok, _, why = accept(repository, str(start.id))
+        if not ok:
+            raise InputError(f"not proposing from {str(start.id)[:12]}, a commit lanes would not act on: {why}")
     loaded = load_commit(repository, str(start.id), settings.state_dir, settings.policies_dir)
     run = _Run(repository, remote, creds, start, loaded, store, settings, client, clock or Clock(), trial)
     outcomes = []

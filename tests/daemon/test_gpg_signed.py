@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pygit2
 import pytest
@@ -106,7 +107,7 @@ async def test_gpg_signing_and_bench_work_together(tmp_path: Path, homes: tuple[
     allowed = tmp_path / "allowed.asc"
     allowed.write_bytes(run("gpg", "--batch", "--armor", "--export", "alice@example.org", env=_env(alice)))
     evidence_key, evidence_signers = evidence_signer(tmp_path / "keys")
-    quick = {EUGR: {"bench_profile": "quick"}, PRODUCTION: {"bench_profile": "quick"}}
+    quick: dict[str, dict[str, Any]] = {EUGR: {"bench_profile": "quick"}, PRODUCTION: {"bench_profile": "quick"}}
     async with world_over(loaded(fast(example_state())), tmp_path, tmp_path / "simwork", loopback(next(_salt))) as w:
         git = w.repo.repo
         start = gpg_commit(git, alice, fast_files(**quick), "signed fleet, benchmarked\n")

@@ -23,6 +23,7 @@ from reconciler.upstream.gap import gap_rows
 from reconciler.upstream.poll import poll_source
 from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, propose_all
 from reconciler.upstream.store import UpstreamStore
+from tests.source.test_signatures import ssh_key, ssh_sign
 from tests.support.example import PRODUCTION, repo_files
 from tests.upstream.conftest import VirtualClock
 from tests.upstream.fixtures import local_upstreams, make_state_repo
@@ -419,3 +420,43 @@ async def test_a_single_arch_arm64_manifest_is_proposed(world: ProposalWorld) ->
     assert len(blobs) == 1  # the config blob, which names the architecture
     recorded = world.store.release("sglang-releases", "v0.5.22")
     assert recorded is not None and recorded.platforms == ("linux/arm64/v8",)
+
+
+def test_lanes_propose_with_signing_on_starts_only_from_a_commit_the_daemon_accepts(
+    tmp_path: Path, serve: Callable[[App], LocalServer], vclock: VirtualClock
+) -> None:
+    """A person's `lanes propose --config` with the daemon's signing settings: an unsigned head (anyone with push
+    access) is not built on; once an allowed key signs the head, the proposal is made from it."""
+    world = asyncio.run(build_world(tmp_path, serve, vclock))
+    try:
+        asyncio.run(world.release("v0.5.22", "2026-10-19T08:00:00Z"))
+        keys = tmp_path / "keys"
+        keys.mkdir()
+        alice = ssh_key(keys, "alice")
+        allowed = keys / "allowed_signers"
+        allowed.write_text(
+            f'alice@example.org namespaces="git" {" ".join(Path(f"{alice}.pub").read_text().split()[:2])}\n'
+        )
+        config = tmp_path / "reconciler.toml"
+        config.write_text(
+            f'[repo]\nurl = "{world.state.workdir}"\nrequire_signed_commits = "ssh"\nallowed_signers = "{allowed}"\n'
+        )
+        args = ["propose", "--repo", world.state.workdir, "--db", str(tmp_path / "lanes.db"), "--remote", ""]
+        refused = runner.invoke(app, [*args, "--config", str(config)], env={"COLUMNS": "200"})
+        assert refused.exit_code != 0, refused.output
+        assert "a commit lanes would not act on" in refused.output and "is not signed" in refused.output
+        assert f"refs/heads/{BRANCH}" not in list(world.state.references)
+
+        head = world.state.references["refs/heads/main"].peel(pygit2.Commit)
+        who = pygit2.Signature("Alice Operator", "alice@example.org")
+        content = str(world.state.create_commit_string(who, who, "signed\n", head.tree.id, [head.id]))
+        signed = world.state.create_commit_with_signature(content, ssh_sign(alice, content))
+        world.state.references.create("refs/heads/main", signed, force=True)
+        made = runner.invoke(app, [*args, "--config", str(config), "--json"])
+        assert made.exit_code == 0, made.output
+        (proposal,) = json.loads(made.stdout)["proposals"]
+        assert proposal["action"] == "opened"
+        branch_head = world.state.references[f"refs/heads/{BRANCH}"].peel(pygit2.Commit)
+        assert [str(p.id) for p in branch_head.parents] == [str(signed)]
+    finally:
+        world.store.close()
