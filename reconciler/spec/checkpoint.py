@@ -55,7 +55,10 @@ from reconciler.spec.model import ModelSpec
 NESTED_CONFIGS = ("text_config", "llm_config", "language_config")
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 DSV4_SLOT_BYTES = 584
-"""DeepSeek V4 packs 448 B NoPE + 128 B RoPE + 8 B scale per token per layer (DESIGN.md)."""
+"""DeepSeek V4 packs 448 B NoPE + 128 B RoPE + 8 B scale per token per layer: vLLM's
+MLAAttentionSpec (vllm/v1/kv_cache_interface.py, real_page_size_bytes) for fp8_ds_mla and
+nvfp4_ds_mla; sparkrun's kv/mla.py (spark-arena/sparkrun @ 5570c31) keys the same 584 on
+model_type deepseek_v4."""
 
 
 class _Config:
