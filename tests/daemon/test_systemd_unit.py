@@ -18,7 +18,9 @@ from reconciler.daemon.config import DEFAULT_CONFIG, SYSTEMD_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "lanes-reconciler.service"
-EXEC_START = f"ExecStart=/usr/bin/lanes daemon --config {DEFAULT_CONFIG}"
+INSTALLED_LANES = "/opt/lanes/bin/lanes"
+"""Where scripts/install puts the entry point (its default --prefix, /opt/lanes)."""
+EXEC_START = f"ExecStart={INSTALLED_LANES} daemon --config {DEFAULT_CONFIG}"
 MAX_EXPOSURE = 2.0
 
 ANALYZE = shutil.which("systemd-analyze")
@@ -93,25 +95,25 @@ def test_systemd_analyze_verify_passes(tmp_path: Path) -> None:
     text = UNIT.read_text()
     assert text.count(EXEC_START) == 1
     copy = tmp_path / UNIT.name
-    copy.write_text(text.replace(EXEC_START, EXEC_START.replace("/usr/bin/lanes", str(lanes_binary(tmp_path)))))
+    copy.write_text(text.replace(EXEC_START, EXEC_START.replace(INSTALLED_LANES, str(lanes_binary(tmp_path)))))
     result = analyze("verify", "--recursive-errors=yes", "--man=no", copy)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
 @needs_analyze
 def test_verify_of_the_file_as_installed_complains_only_about_the_missing_binary() -> None:
-    if Path("/usr/bin/lanes").exists():
-        pytest.skip("/usr/bin/lanes exists here; the previous test covers verify")
+    if Path(INSTALLED_LANES).exists():
+        pytest.skip(f"{INSTALLED_LANES} exists here; the previous test covers verify")
     result = analyze("verify", "--recursive-errors=yes", "--man=no", UNIT)
     problems = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
-    assert problems == [f"{UNIT.name}: Command /usr/bin/lanes is not executable: No such file or directory"]
+    assert problems == [f"{UNIT.name}: Command {INSTALLED_LANES} is not executable: No such file or directory"]
 
 
 @needs_analyze
 def test_verify_would_catch_a_mistake(tmp_path: Path) -> None:
     """The flags above make warnings fatal on this systemd, so a typo in the unit would fail the test."""
     copy = tmp_path / UNIT.name
-    text = UNIT.read_text().replace(EXEC_START, EXEC_START.replace("/usr/bin/lanes", str(lanes_binary(tmp_path))))
+    text = UNIT.read_text().replace(EXEC_START, EXEC_START.replace(INSTALLED_LANES, str(lanes_binary(tmp_path))))
     copy.write_text(text.replace("ProtectHome=true", "ProtectHome=ture"))
     result = analyze("verify", "--recursive-errors=yes", "--man=no", copy)
     assert result.returncode != 0 and "ture" in result.stderr
