@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from reconciler.spec.base import AbsPath, Name, StrictModel
 
 AttentionKind = Literal["mha", "gqa", "mla"]
+LayerKind = Literal["full", "sliding", "linear"]
 
 
 class MoE(StrictModel):
@@ -55,7 +56,23 @@ class Architecture(StrictModel):
     linear_state_bytes: int = Field(
         default=0, ge=0, description="fixed recurrent state per sequence per linear layer, in bytes"
     )
+    layer_types: tuple[LayerKind, ...] | None = Field(
+        default=None,
+        description="per layer, in order: full, sliding or linear attention (config.json layer_types, with "
+        "full_attention/sliding_attention/linear_attention shortened); places each kind on its pipeline stage",
+    )
     max_position_embeddings: int | None = Field(default=None, ge=1)
+    vocab_size: int | None = Field(
+        default=None, ge=1, description="vocabulary rows of the input embedding and the LM head (config.json)"
+    )
+    tie_word_embeddings: bool = Field(
+        default=False, description="the LM head reuses the input embedding (config.json tie_word_embeddings)"
+    )
+    embedding_dtype_bytes: float = Field(
+        default=2.0,
+        gt=0,
+        description="bytes per element of the embedding and LM head; quantized checkpoints usually keep them bf16",
+    )
 
     @model_validator(mode="after")
     def _figures_complete(self) -> Architecture:
@@ -72,6 +89,13 @@ class Architecture(StrictModel):
             raise ValueError("linear_layers cannot exceed layers")
         if self.linear_layers and not self.linear_state_bytes:
             raise ValueError("linear_layers needs linear_state_bytes")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.layers:
+                raise ValueError(
+                    f"layer_types has {len(self.layer_types)} entries but the model has {self.layers} layers"
+                )
+            if "linear" in self.layer_types and not self.linear_state_bytes:
+                raise ValueError("linear layers in layer_types need linear_state_bytes")
         return self
 
 
