@@ -23,8 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from reconciler.policy.config import RuleSettings
+from reconciler.policy.enginekv import kv_settings
 from reconciler.policy.hardware import Capacity
 from reconciler.policy.kv import KVModel, KVParams
+from reconciler.policy.stages import pp_partition, stage_weights
 from reconciler.policy.verdict import GIB, RankBudget
 from reconciler.spec.lane import Lane
 from reconciler.spec.model import ModelSpec
@@ -78,6 +80,7 @@ def lane_budget(
     lane: Lane, model: ModelSpec, capacity_of: Callable[[str], Capacity | None], params: BudgetParams
 ) -> LaneBudget:
     """Budgets of every rank whose host has a known hardware profile."""
+    partition = pp_partition(model.architecture.layers, lane.pp, lane.engine, lane.env)
     kv = KVModel(
         model.architecture,
         tp=lane.tp,
@@ -85,8 +88,12 @@ def lane_budget(
         dcp=lane.dcp,
         kv_cache_dtype=lane.kv_cache_dtype,
         params=params.kv,
+        settings=kv_settings(lane, model.architecture),
+        partition=partition.sizes,
     )
-    weights = weights_per_rank(model.weight_bytes, lane.tp, lane.pp)
+    placed = stage_weights(model, partition)
+    kv.notes.extend(note for note in (partition.note, *placed.notes) if note)
+    weights = placed.per_rank(0, lane.tp)
     overhead = int(params.overhead_gib[lane.engine] * GIB)
     reasons = floor_reasons(lane, params.floor_args)
     notes = list(kv.notes)
@@ -99,6 +106,7 @@ def lane_budget(
         if capacity is None:
             continue
         stage = min(rank // lane.tp, lane.pp - 1)
+        weights = placed.per_rank(stage, lane.tp)
         if stage not in stage_kv:
             stage_kv[stage] = kv.stage(stage, lane.max_model_len)
         estimate = stage_kv[stage]

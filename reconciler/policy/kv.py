@@ -3,9 +3,12 @@
 Why this module exists: the per-rank budget is only as good as its KV
 figure, and the KV figure depends on the attention kind far more than on
 the model size (an MLA latent is ~30x smaller than GQA keys and values, but
-it is not sharded by tensor parallelism). Every figure (bytes per element,
-fixed slot sizes) comes from the `memory-budget` parameters in
-`policies/rules.yaml`; this module only does the arithmetic.
+it is not sharded by tensor parallelism). Every element width and fixed slot
+comes from the `memory-budget` parameters in `policies/rules.yaml`; the
+engine's scheduler figures come from enginekv.py; this module does the
+arithmetic for one sequence of max_model_len tokens (times min_sequences),
+which is what vLLM checks at start (vllm/v1/core/kv_cache_planning.py
+check_enough_kv_cache_memory sums every layer's max_memory_usage_bytes).
 
 Per layer and token, on one rank:
 
@@ -14,66 +17,68 @@ Per layer and token, on one rank:
   fp8_ds_mla / nvfp4_ds_mla layouts (the model's own `kv_slot_bytes`, e.g.
   DeepSeek V4's 584, wins over the layout's default); the same on every TP
   rank.
-- Indexer (sparse attention, `index_head_dim`): index_head_dim x
-  index_dtype_bytes on every layer that keeps a full or compressed cache,
-  at that layer's compression, the same on every TP rank.
+- Indexer (sparse attention, `index_head_dim` d): an fp8 key plus one fp32
+  scale per 128 elements, d + d // 128 x 4 bytes (vllm/model_executor/models/
+  deepseek_v2.py Indexer and vllm/models/deepseek_v4/attention.py
+  DeepseekV4Indexer: "128 fp8 + 4 fp32 scale = 132", vllm 0.33.0); an MXFP4
+  key (index_dtype_bytes 0.5) is d / 2 + d / 32 (one UE8M0 byte per 32). On
+  every full layer, or with `compress_ratios` only on ratio-4 layers, where
+  DeepSeek V4 builds it (deepseek_v4/attention.py: `if self.compress_ratio
+  == 4`), at that layer's compression; the same on every TP rank.
 
 Per layer, the tokens kept: max_model_len (full layers); ceil(len / r) slots
-(DeepSeek V4 layers with compress ratio r > 1); min(len, sliding_window)
-(layers with ratio <= 1 and interleaved sliding-window layers). `dcp` splits
-the tokens of every token-proportional cache: ceil(tokens / dcp) per rank.
-Linear/recurrent layers keep `linear_state_bytes` per sequence, split over
-tp like the heads it holds (ceil). Everything is for `min_sequences`
-sequences.
+(DeepSeek V4 layers with compress ratio r > 1); for sliding-window layers
+see below. `dcp` splits the tokens of full and compressed caches:
+ceil(tokens / dcp) per rank; it never splits a sliding window.
 
-Pipeline stages hold layers/pp layers, one more on the first (layers mod pp)
-stages, as vLLM and SGLang split them. With `compress_ratios` the kind of
-every layer is known and each stage sums its own slice; otherwise (sliding
-or linear layers counted, not placed) a stage is assumed to hold the most
+Sliding-window layers (interleaved SWA, `layer_types` 'sliding', or DeepSeek
+V4 ratio <= 1): on vLLM, (cdiv(min(window - 1 + in_flight, len), block) + 1)
+x block tokens (SlidingWindowSpec.max_admission_blocks_per_request; in_flight
+from enginekv.py), and DeepSeek V4 keeps such a window on every layer, its
+compressed layers too (deepseek_v4/attention.py builds a DeepseekV4SWACache
+per layer). vLLM refuses DCP with sliding-window layers (assertion "DCP not
+support sliding window." in vllm/v1/kv_cache_interface.py
+SlidingWindowSpec.max_memory_usage_bytes and in
+vllm/v1/core/single_type_kv_cache_manager.py SlidingWindowManager, 0.25.1 to
+0.33.0): `refusals` carries it for the rules. Other engines: min(len, window).
+
+Linear/recurrent layers keep `linear_state_bytes` per sequence, split over tp
+(ceil). On vLLM a hybrid model's layer groups share one page size
+(vllm/platforms/interface.py _align_hybrid_block_size, vllm/v1/core/
+kv_cache_planning.py unify_kv_cache_spec_page_size and
+_get_kv_cache_groups_uniform_page_size, 0.33.0): the attention block grows to
+block x cdiv(state, block x token_bytes) tokens so its page holds one state;
+the state is padded to that page; layers are grouped by kind into groups of
+group_size layers (the smallest kind count, or the largest when it is under
+1.5 x the smallest), and one sequence takes, per group, group_size x page x
+(cdiv(tokens, block) for attention, the state blocks for linear layers).
+
+Pipeline stages: the engine's own split (stages.py). With `compress_ratios`
+or `layer_types` each stage sums its own layers; otherwise (sliding or
+linear layers counted, not placed) a stage is assumed to hold the most
 expensive layers it could: an upper bound for that stage, exact for pp = 1.
 
-Where this matches sparkrun (spark-arena/sparkrun, models/vram.py and
-models/kv/mla.py, read 2026-10):
-
-- MLA sized from the latent plus the RoPE tail, replicated on every TP rank
-  and split only by pipeline stages.
-- The fixed-slot layouts: fp8_ds_mla 656 B, DeepSeek V4 584 B for both
-  fp8_ds_mla and nvfp4_ds_mla; a non-V4 nvfp4_ds_mla uses the fp8 656 B as a
-  conservative stand-in. (sparkrun keys the 584 on model_type; we read the
-  model file's `kv_slot_bytes`, which `lanes model describe` fills for V4.)
-- compress_ratios: a layer with r > 1 keeps one slot per r tokens.
-- nvfp4 KV is 0.5625 bytes per element (fp4 data plus an fp8 scale per 16).
-- Weights are split over tp x pp.
-
-Where we differ:
-
-- Sliding-window layers (compress ratio <= 1, or `sliding_window_layers`)
-  are sized by the window; sparkrun leaves them out and calls its figure a
-  floor. A ratio <= 1 layer with no `sliding_window` is sized as full.
-- The indexer cache is sized; sparkrun leaves it out (floor).
-- Hybrid linear/attention models are sized (fixed state per sequence);
-  sparkrun refuses to size hybrid MLA models.
-- GQA heads per rank are max(1, ceil(kv_heads / tp)): engines replicate a KV
-  head on every rank when tp > kv_heads; sparkrun divides kv_heads by tp as
-  a real number, which under-counts that case (and ceil equals vLLM's
-  kv_heads // tp whenever the engine accepts the split).
-- `dcp` (decode context parallel) divides the KV; sparkrun has no DCP.
-- Slots are whole: ceil(len / r), not len / r.
-- We add a per-engine runtime overhead (budget.py); sparkrun counts weights
-  and KV only.
-- An estimate is a floor here only when the lane adds caches we do not
-  size (speculative decoding drafts, from the `floor_args` parameter).
+Compared with sparkrun (spark-arena/sparkrun, models/vram.py and
+models/kv/mla.py, read 2026-10): the same MLA latent and fixed slots, the
+same compress-ratio slots and nvfp4 width (0.5625 B per element); sparkrun
+leaves out sliding layers, the indexer, hybrid state, DCP and the per-engine
+overhead, divides kv_heads by tp as a real number, and does not round slots
+up. An estimate is a floor here only when the lane adds caches we do not
+size (speculative decoding drafts, from the `floor_args` parameter).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from reconciler.policy.enginekv import KVSettings
+from reconciler.policy.stages import vllm_split
 from reconciler.spec.model import Architecture
 
 MLA_LAYOUTS = frozenset({"fp8_ds_mla", "nvfp4_ds_mla"})
+INDEXER_RATIO = 4.0  # DeepSeek V4 builds its indexer on ratio-4 layers only
 
 KindKey = tuple[str, float]
 """(kind, ratio): kind is full, compressed, sliding or linear; ratio is r for compressed."""
@@ -81,6 +86,7 @@ KindKey = tuple[str, float]
 FULL: KindKey = ("full", 1.0)
 SLIDING: KindKey = ("sliding", 1.0)
 LINEAR: KindKey = ("linear", 1.0)
+DCP_SLIDING = "dcp-sliding-window"
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,15 @@ class KVParams:
 
 
 @dataclass(frozen=True)
+class KVRefusal:
+    """A shape the engine refuses to start with: `code` for the rules, `message` for people."""
+
+    code: str
+    message: str
+    source: str
+
+
+@dataclass(frozen=True)
 class StageKV:
     """The KV bytes one rank of one pipeline stage holds, split by cache."""
 
@@ -102,9 +117,18 @@ class StageKV:
 
 
 def stage_sizes(layers: int, pp: int) -> list[int]:
-    """Layers per pipeline stage: the first (layers mod pp) stages hold one more."""
-    base, extra = divmod(layers, pp)
-    return [base + (1 if stage < extra else 0) for stage in range(pp)]
+    """Layers per pipeline stage as vLLM cuts them (stages.vllm_split)."""
+    return list(vllm_split(layers, pp))
+
+
+def indexer_token_bytes(arch: Architecture) -> float:
+    """Bytes per indexer slot: the key plus its scales (vLLM's DeepSeek V3.2/V4 indexer caches)."""
+    dim = arch.index_head_dim or 0
+    if arch.index_dtype_bytes == 1.0:
+        return float(dim + dim // 128 * 4)  # fp8 key + one fp32 scale per 128 elements
+    if arch.index_dtype_bytes == 0.5:
+        return float(dim // 2 + dim // 32)  # MXFP4: two values a byte + one UE8M0 byte per 32
+    return dim * arch.index_dtype_bytes
 
 
 class KVModel:
@@ -123,20 +147,30 @@ class KVModel:
         dcp: int,
         kv_cache_dtype: str,
         params: KVParams,
+        settings: KVSettings | None = None,
+        partition: Sequence[int] | None = None,
     ) -> None:
         self.arch = arch
         self.tp = tp
         self.pp = pp
         self.dcp = dcp
         self.seqs = params.min_sequences
-        self.notes: list[str] = []
+        self.settings = settings if settings is not None else KVSettings()
+        self.notes: list[str] = list(self.settings.notes)
+        self.refusals: list[KVRefusal] = []
         self.attn_width = self._attention_width(arch, kv_cache_dtype, params)
-        self.index_width = (arch.index_head_dim or 0) * arch.index_dtype_bytes
-        self.linear_state = math.ceil(arch.linear_state_bytes / tp) if arch.linear_layers else 0
-        self.sizes = stage_sizes(arch.layers, pp)
+        self.index_width = indexer_token_bytes(arch) if arch.index_head_dim else 0.0
+        self.linear_state = math.ceil(arch.linear_state_bytes / tp) if arch.linear_state_bytes else 0
+        self.sizes = list(partition) if partition is not None else stage_sizes(arch.layers, pp)
+        if len(self.sizes) != pp or sum(self.sizes) != arch.layers:
+            raise ValueError(f"partition {self.sizes} does not cut {arch.layers} layers into {pp} stages")
+        self.vllm = self.settings.engine == "vllm"
+        # DeepSeek V4 on vLLM: a sliding window on every layer, beside the compressed cache.
+        self.window_everywhere = self.vllm and arch.compress_ratios is not None and arch.sliding_window is not None
         self._positional: list[dict[KindKey, int]] | None = None
         self._totals: dict[KindKey, int] = {}
         self._plan_layers(arch)
+        self._check_dcp()
 
     # -- per-token widths ---------------------------------------------------------------
 
@@ -169,7 +203,7 @@ class KVModel:
 
     # -- which layer is which ---------------------------------------------------------
 
-    def _plan_layers(self, arch: Architecture) -> None:
+    def _layer_kinds(self, arch: Architecture) -> list[KindKey] | None:
         if arch.compress_ratios is not None:
             kinds: list[KindKey] = []
             for ratio in arch.compress_ratios:
@@ -181,8 +215,26 @@ class KVModel:
                     kinds.append(FULL)
             if arch.sliding_window is None and any(r <= 1 for r in arch.compress_ratios):
                 self.notes.append("compress ratio <= 1 layers have no sliding_window: sized as full layers")
+            if arch.linear_layers or arch.sliding_window_layers or arch.layer_types:
+                self.notes.append("compress_ratios describes every layer; layer_types and layer counts ignored")
+            return kinds
+        if arch.layer_types is not None:
             if arch.linear_layers or arch.sliding_window_layers:
-                self.notes.append("compress_ratios describes every layer; linear/sliding layer counts ignored")
+                self.notes.append("layer_types describes every layer; linear/sliding layer counts ignored")
+            out = []
+            for kind in arch.layer_types:
+                if kind == "sliding" and arch.sliding_window is None:
+                    out.append(FULL)
+                else:
+                    out.append({"full": FULL, "sliding": SLIDING, "linear": LINEAR}[kind])
+            if arch.sliding_window is None and "sliding" in arch.layer_types:
+                self.notes.append("sliding layers without sliding_window: sized as full layers")
+            return out
+        return None
+
+    def _plan_layers(self, arch: Architecture) -> None:
+        kinds = self._layer_kinds(arch)
+        if kinds is not None:
             self._positional = []
             start = 0
             for size in self.sizes:
@@ -204,28 +256,90 @@ class KVModel:
         if self.pp > 1 and len(self._totals) > 1:
             self.notes.append("layer kinds are counted, not placed: each stage is sized with its costliest layers")
 
-    # -- bytes ------------------------------------------------------------------------
+    def _has_sliding(self) -> bool:
+        if self.window_everywhere:
+            return True
+        if self._positional is not None:
+            return any(SLIDING in counts for counts in self._positional)
+        return SLIDING in self._totals
+
+    def _check_dcp(self) -> None:
+        if self.dcp > 1 and self.vllm and self._has_sliding():
+            self.refusals.append(
+                KVRefusal(
+                    code=DCP_SLIDING,
+                    message=(
+                        f"vLLM does not start with dcp {self.dcp} on a model with sliding-window layers "
+                        "(it asserts 'DCP not support sliding window'); set dcp 1"
+                    ),
+                    source="vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes (vllm 0.33.0)",
+                )
+            )
+
+    # -- tokens and blocks --------------------------------------------------------------
+
+    def _sliding_tokens(self, length: int, block: int) -> int:
+        """Tokens a sliding-window layer reserves for one sequence (never split by dcp)."""
+        window = self.arch.sliding_window
+        assert window is not None
+        in_flight = self.settings.in_flight_tokens
+        if in_flight is None:
+            return min(length, window)
+        return (math.ceil(min(window - 1 + in_flight, length) / block) + 1) * block
 
     def _tokens(self, key: KindKey, length: int) -> int:
         kind, ratio = key
-        if kind == "compressed":
-            slots = math.ceil(length / ratio)
-        elif kind == "sliding":
-            assert self.arch.sliding_window is not None
-            slots = min(length, self.arch.sliding_window)
-        else:
-            slots = length
+        if kind == "sliding":
+            return self._sliding_tokens(length, self.settings.block_size)
+        slots = math.ceil(length / ratio) if kind == "compressed" else length
         return math.ceil(slots / self.dcp)
+
+    def _has_indexer(self, key: KindKey) -> bool:
+        if not self.index_width or key[0] in ("sliding", "linear"):
+            return False
+        return self.arch.compress_ratios is None or key[1] == INDEXER_RATIO
 
     def layer_parts(self, key: KindKey, length: int) -> dict[str, int]:
         """Bytes of one layer of this kind on one rank, by cache, for min_sequences."""
         if key == LINEAR:
-            return {"linear": self.linear_state * self.seqs}
+            return {"linear": self.linear_state * self.settings.linear_blocks * self.seqs}
         tokens = self._tokens(key, length)
         out = {key[0]: math.ceil(self.attn_width * tokens) * self.seqs}
-        if self.index_width and key != SLIDING:
+        if self._has_indexer(key):
             out["indexer"] = math.ceil(self.index_width * tokens) * self.seqs
+        if key[0] == "compressed" and self.window_everywhere:
+            window = self._sliding_tokens(length, self.settings.block_size)
+            out["sliding"] = math.ceil(self.attn_width * window) * self.seqs
         return out
+
+    # -- vLLM hybrid models: one page size for every layer group ------------------------
+
+    def _hybrid_parts(self, counts: Mapping[KindKey, int], length: int) -> dict[str, int]:
+        """vLLM's allocation for one sequence of a hybrid stage: groups of equal layers, pages of one size."""
+        token = self.attn_width
+        block = self.settings.block_size
+        if token and self.linear_state:
+            align = max(block, 128) if self.arch.attention == "mla" else block
+            block = max(block, align * math.ceil(self.linear_state / (align * token)))
+        page = max(math.ceil(block * token), self.linear_state)
+        sizes = [n for n in counts.values() if n]
+        group = min(sizes)
+        if max(sizes) < group * 1.5:
+            group = max(sizes)
+        parts: dict[str, int] = {}
+        for key, count in counts.items():
+            groups = math.ceil(count / group)
+            if key == LINEAR:
+                blocks = self.settings.linear_blocks
+            elif key == SLIDING:
+                blocks = math.ceil(self._sliding_tokens(length, block) / block)
+            else:
+                slots = math.ceil(length / key[1]) if key[0] == "compressed" else length
+                blocks = math.ceil(math.ceil(slots / self.dcp) / block)
+            parts[key[0]] = parts.get(key[0], 0) + groups * group * page * blocks * self.seqs
+        return parts
+
+    # -- bytes ------------------------------------------------------------------------
 
     def _stage_counts(self, stage: int, length: int) -> dict[KindKey, int]:
         if self._positional is not None:
@@ -246,12 +360,46 @@ class KVModel:
                 want -= take
         return counts
 
-    def stage(self, stage: int, length: int) -> StageKV:
+    def _parts(self, counts: Mapping[KindKey, int], length: int) -> dict[str, int]:
+        if self.settings.unify_pages and LINEAR in counts and len(counts) > 1:
+            return self._hybrid_parts(counts, length)
         parts: dict[str, int] = {}
-        counts = self._stage_counts(stage, length)
         for key, count in counts.items():
             for part, value in self.layer_parts(key, length).items():
                 parts[part] = parts.get(part, 0) + value * count
+        return parts
+
+    def _padded_upper_bound(self, stage: int, length: int) -> dict[KindKey, int]:
+        """Counted hybrid layers under page padding: the costliest mix of linear and attention layers."""
+        want = self.sizes[stage]
+        linear = self._totals.get(LINEAR, 0)
+        others = {k: n for k, n in self._totals.items() if k != LINEAR}
+        best: dict[KindKey, int] = {}
+        best_total = -1
+        for take in range(max(0, want - sum(others.values())), min(want, linear) + 1):
+            counts = {LINEAR: take} if take else {}
+            rest = want - take
+            for key in sorted(others, key=lambda k: sum(self.layer_parts(k, length).values()), reverse=True):
+                if rest and others[key]:
+                    counts[key] = min(rest, others[key])
+                    rest -= counts[key]
+            total = sum(self._parts(counts, length).values())
+            if total > best_total:
+                best, best_total = counts, total
+        return best
+
+    def stage(self, stage: int, length: int) -> StageKV:
+        if (
+            self._positional is None
+            and self.settings.unify_pages
+            and LINEAR in self._totals
+            and len(self._totals) > 1
+            and self.sizes[stage] < sum(self._totals.values())
+        ):
+            counts = self._padded_upper_bound(stage, length)
+        else:
+            counts = {k: n for k, n in self._stage_counts(stage, length).items() if n}
+        parts = self._parts(counts, length)
         return StageKV(total=sum(parts.values()), parts=parts, layers=sum(counts.values()))
 
     def longest_fitting(self, stage: int, available: int, upper: int) -> int:

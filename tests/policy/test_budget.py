@@ -114,16 +114,18 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
         {"tp": 2, "kv_cache_dtype": "nvfp4_ds_mla", "max_model_len": 8192},
         [584 * 8192 * 10] * 2,
     ),
-    # compress_ratios [1, 4, 128, 1], window 128, 584 B slots, 10000 tokens:
-    #   sliding layers: min(10000, 128) = 128 slots each; r=4: ceil(10000/4) = 2500; r=128: ceil(10000/128)
-    #  = 79.
+    # compress_ratios [1, 4, 128, 1], window 128, 584 B slots, 10000 tokens, on vLLM 0.32.0 (the builders'
+    # lane): every layer keeps a sliding window (DeepseekV4SWACache) of 64-token blocks holding
+    # min(128 - 1 + in_flight, 10000) tokens, in_flight = 2 async batches x min(8 seqs x 10000, 8192) = 16384,
+    # so 10000 tokens: cdiv(10000, 64) = 157 blocks + 1 = 158 = 10112 tokens per layer, on all 4 layers;
+    # compressed: r=4: ceil(10000/4) = 2500; r=128: ceil(10000/128) = 79.
     (
         "dsv4-compress-ratios",
         mla(layers=4, kv_lora_rank=448, kv_slot_bytes=584, compress_ratios=DSV4_RATIOS, sliding_window=128),
         {"kv_cache_dtype": "fp8_ds_mla", "max_model_len": 10000},
-        [584 * (128 + 2500 + 79 + 128)],
+        [584 * (4 * 10112 + 2500 + 79)],
     ),
-    # Same with the indexer (128 x 1 B per compressed slot; sliding layers have none).
+    # Same with the indexer: 128 fp8 + 4 B fp32 scale = 132 B per slot, on the ratio-4 layer only.
     (
         "dsv4-indexer",
         mla(
@@ -135,64 +137,76 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
             index_head_dim=128,
         ),
         {"kv_cache_dtype": "fp8_ds_mla", "max_model_len": 10000},
-        [584 * (128 + 2500 + 79 + 128) + 128 * (2500 + 79)],
+        [584 * (4 * 10112 + 2500 + 79) + 132 * 2500],
     ),
-    # A ratio <= 1 layer with a window larger than the context keeps the context, not the window.
+    # At 100 tokens the window reserve is capped by the context: in_flight 2 x min(8 x 100, 8192) = 1600,
+    # min(127 + 1600, 100) = 100 tokens: cdiv(100, 64) = 2 blocks + 1 = 192 tokens on each of the 4 layers;
+    # compressed ceil(100/4) = 25 and ceil(100/128) = 1.
     (
         "dsv4-short-context",
         mla(layers=4, kv_lora_rank=448, kv_slot_bytes=584, compress_ratios=DSV4_RATIOS, sliding_window=128),
         {"kv_cache_dtype": "fp8_ds_mla", "max_model_len": 100},
-        [584 * (100 + 25 + 1 + 100)],
+        [584 * (4 * 192 + 25 + 1)],
     ),
-    # Indexer on a plain MLA model (GLM-5 / V3.2 style): (576 + 128) x 1 B per token per layer.
+    # Indexer on a plain MLA model (GLM-5 / V3.2 style): 576 B latent + 132 B indexer (128 fp8 + 4 B fp32
+    # scale) per token per layer.
     (
         "mla-indexer",
         mla(layers=2, index_head_dim=128),
         {"kv_cache_dtype": "fp8", "max_model_len": 1000},
-        [(576 + 128) * 1000 * 2],
+        [(576 + 132) * 1000 * 2],
     ),
-    # Interleaved sliding window: 3 of 4 layers keep min(1000, 256) tokens; 2 x 2 x 128 x 2 = 1024 B/token.
+    # Interleaved sliding window, 2 x 2 x 128 x 2 = 1024 B/token: vLLM reserves min(256 - 1 + in_flight, 1000)
+    # = 1000 tokens (in_flight = 2 x min(8 x 1000, 8192) = 16000) in cdiv(1000, 16) + 1 = 64 blocks of 16,
+    # 1024 tokens, on each of the 3 sliding layers.
     (
         "interleaved-swa",
         gqa(layers=4, kv_heads=2, head_dim=128, num_heads=8, sliding_window=256, sliding_window_layers=3),
         {"kv_cache_dtype": "bf16", "max_model_len": 1000},
-        [1024 * 1000 + 3 * 1024 * 256],
+        [1024 * 1000 + 3 * 1024 * 1024],
     ),
-    # Hybrid: 1 attention layer (1024 B x 1000) + 3 linear layers of 1,000,000 B state per sequence.
+    # Hybrid on vLLM, one page size for all: 1 attention layer (1024 B/token) + 3 linear layers of 1,000,000 B.
+    # Block 16 x cdiv(1,000,000, 16 x 1024) = 992 tokens, page 992 x 1024 = 1,015,808 B; groups of 1 layer:
+    # attention cdiv(1000, 992) = 2 pages, each linear layer 2 pages (prefix caching on): 8 pages.
     (
         "hybrid-linear",
         gqa(layers=4, kv_heads=2, head_dim=128, num_heads=8, linear_layers=3, linear_state_bytes=1_000_000),
         {"kv_cache_dtype": "bf16", "max_model_len": 1000},
-        [1024 * 1000 + 3 * 1_000_000],
+        [8 * 1_015_808],
     ),
-    # Hybrid at tp 2: one KV head per rank (512 B/token) and half the recurrent state.
+    # Hybrid at tp 2: one KV head per rank (512 B/token) and half the state (500,000 B): block
+    # 16 x cdiv(500,000, 16 x 512) = 992, page 992 x 512 = 507,904 B; 8 pages as above.
     (
         "hybrid-linear-tp2",
         gqa(layers=4, kv_heads=2, head_dim=128, num_heads=8, linear_layers=3, linear_state_bytes=1_000_000),
         {"tp": 2, "kv_cache_dtype": "bf16", "max_model_len": 1000},
-        [512 * 1000 + 3 * 500_000] * 2,
+        [8 * 507_904] * 2,
     ),
-    # pp 3 over 10 layers: stages hold 4, 3, 3 layers of 2 x 8 x 128 x 2 = 4096 B/token.
+    # pp 3 over 10 layers as vLLM cuts them (the left-over layer goes to the stage before the last):
+    # 3, 4, 3 layers of 2 x 8 x 128 x 2 = 4096 B/token.
     (
         "pp3",
         gqa(layers=10, kv_heads=8, head_dim=128, num_heads=32),
         {"pp": 3, "kv_cache_dtype": "bf16"},
-        [4096 * 1000 * 4, 4096 * 1000 * 3, 4096 * 1000 * 3],
+        [4096 * 1000 * 3, 4096 * 1000 * 4, 4096 * 1000 * 3],
     ),
-    # tp 2 x pp 2: ranks 0-1 are stage 0 (layers 0-1), ranks 2-3 stage 1 (layers 2-3) of the DSv4 ratios.
+    # tp 2 x pp 2: ranks 0-1 are stage 0 (layers 0-1), ranks 2-3 stage 1 (layers 2-3) of the DSv4 ratios;
+    # pp 2 runs 3 batches in flight: 3 x 8192 = 24576, so each layer's window holds 10000 tokens, 10112
+    # in whole 64-token blocks (as above).
     (
         "pp2-compress-ratios",
         mla(layers=4, kv_lora_rank=448, kv_slot_bytes=584, compress_ratios=DSV4_RATIOS, sliding_window=128),
         {"tp": 2, "pp": 2, "kv_cache_dtype": "fp8_ds_mla", "max_model_len": 10000},
-        [584 * (128 + 2500)] * 2 + [584 * (79 + 128)] * 2,
+        [584 * (2 * 10112 + 2500)] * 2 + [584 * (2 * 10112 + 79)] * 2,
     ),
-    # pp 2 on a hybrid: kinds are counted, so each stage is sized with its costliest layers
-    # (one attention layer, 1,024,000 B, and one linear layer, 1,000,000 B): an upper bound.
+    # pp 2 on a hybrid: kinds are counted, so each stage is sized with its costliest mix: 1 attention
+    # and 1 linear layer on one padded page size (2 + 2 pages of 1,015,808 B) beats 2 linear layers
+    # unpadded (2 x 2 x 1,000,000): an upper bound.
     (
         "pp2-hybrid",
         gqa(layers=4, kv_heads=2, head_dim=128, num_heads=8, linear_layers=3, linear_state_bytes=1_000_000),
         {"pp": 2, "kv_cache_dtype": "bf16", "max_model_len": 1000},
-        [1_024_000 + 1_000_000] * 2,
+        [4 * 1_015_808] * 2,
     ),
 ]
 
