@@ -54,7 +54,11 @@ class Architecture(StrictModel):
     index_dtype_bytes: float = Field(default=1.0, gt=0, description="indexer key bytes per element (fp8)")
     linear_layers: int = Field(default=0, ge=0, description="linear/recurrent layers of a hybrid model")
     linear_state_bytes: int = Field(
-        default=0, ge=0, description="fixed recurrent state per sequence per linear layer, in bytes"
+        default=0,
+        ge=0,
+        description="fixed recurrent state per sequence per linear layer, in bytes, all TP ranks together; for a "
+        "gated delta net (Qwen3-Next, Qwen3.5): (conv_kernel - 1) x (2 x k_heads x k_dim + v_heads x v_dim) x "
+        "conv dtype + v_heads x k_dim x v_dim x ssm dtype (vLLM mamba_utils gated_delta_net_state_shape)",
     )
     layer_types: tuple[LayerKind, ...] | None = Field(
         default=None,

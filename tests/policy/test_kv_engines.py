@@ -306,3 +306,20 @@ def test_layer_types_must_describe_every_layer() -> None:
         gqa(layers=4, layer_types=("full", "full", "full"))
     with pytest.raises(ValueError, match="linear_state_bytes"):
         gqa(layers=2, layer_types=("full", "linear"))
+
+
+def test_qwen35_35b_a3b_on_vllm() -> None:
+    # Qwen/Qwen3.5-35B-A3B (tests/fixtures/model-configs/qwen3.5-35b-a3b/config.json): 40 layers, every
+    # 4th full attention (10 full, 30 gated delta net), 2 KV heads x 256, mamba_ssm_dtype float32.
+    # Attention: 2 x 2 x 256 x 2 B = 2048 B per token per layer (bf16, tp 1).
+    # Linear state: conv (4 - 1) x (2 x 16 x 128 + 32 x 128 = 8192) x 2 B = 49,152
+    #             + temporal 32 x 128 x 128 x 4 B = 2,097,152  -> 2,146,304 B per layer and sequence.
+    # vLLM: block 16 x cdiv(2,146,304, 16 x 2048 = 32,768) = 16 x 66 = 1056 tokens; page 1056 x 2048 = 2,162,688.
+    # Groups of 10 layers: 1 attention group, 3 linear groups. 32,768 tokens: cdiv(32768, 1056) = 32 blocks;
+    # linear 3 x 2 blocks; 38 blocks x 10 layers x 2,162,688 B = 821,821,440 B for one sequence,
+    # against the per-layer sum 10 x 2048 x 32,768 + 30 x 2,146,304 = 735,477,760 (x 1.117).
+    layer_types = ("linear", "linear", "linear", "full") * 10
+    arch = gqa(layers=40, kv_heads=2, head_dim=256, num_heads=16, layer_types=layer_types, linear_state_bytes=2_146_304)
+    stage = kv(arch, 32_768, settings=HYBRID_VLLM).stage(0, 32_768)
+    assert stage.total == 821_821_440
+    assert kv(arch, 32_768, settings=SGLANG).stage(0, 32_768).total == 735_477_760
