@@ -59,6 +59,44 @@ class IssueCondition(StrictModel):
     min_dcp: int | None = None
     launcher: str | None = None
     args_include: tuple[str, ...] = Field(default=(), description="engine args that must all be present")
+    arg_values: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="engine flags given with one of these values ('--flag value' or '--flag=value'; case ignored)",
+    )
+    unless_env: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="the issue does not apply when the lane's env sets the variable to one of these values "
+        "(case ignored): the switch that turns the affected behaviour off",
+    )
+    hardware: tuple[str, ...] = Field(
+        default=(), description="hardware profiles (policies/hardware.yaml): some host of the lane uses one"
+    )
+    attention: tuple[Literal["mha", "gqa", "mla"], ...] = Field(default=(), description="the model's attention kind")
+    sparse_attention: bool | None = Field(
+        default=None, description="the model has a sparse-attention indexer (index_head_dim is set)"
+    )
+    attention_backend_not: tuple[str, ...] = Field(
+        default=(),
+        description="vLLM: the attention backend the lane names (--attention-backend, --attention-config's "
+        "backend, or VLLM_ATTENTION_BACKEND) is none of these; a lane that names none runs the engine's "
+        "default, which matches",
+    )
+    min_gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    shares_host: bool | None = Field(
+        default=None, description="another running lane is placed on one of the lane's hosts"
+    )
+
+
+class UpstreamRef(StrictModel):
+    """An upstream issue or pull request, as it was read on the public tracker."""
+
+    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description="owner/name on GitHub")
+    number: int = Field(ge=1)
+    kind: Literal["issue", "pull"]
+    title: str = Field(min_length=1)
+    state: Literal["open", "closed", "merged"]
+    checked: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="when the thread was read (YYYY-MM-DD)")
+    note: str = Field(default="", description="what the thread showed that this entry relies on")
 
 
 class KnownIssue(StrictModel):
@@ -70,6 +108,14 @@ class KnownIssue(StrictModel):
     summary: str = Field(min_length=1)
     action: str = Field(min_length=1, description="what to do about it")
     ref: str = Field(min_length=1, description="upstream issue or pull request")
+    upstream: tuple[UpstreamRef, ...] = Field(
+        default=(), description="the upstream threads this entry was verified against, with their state"
+    )
+    fixed_in: str | None = Field(
+        default=None,
+        description="the first engine release with the fix, where one is known; none means unfixed upstream "
+        "when the threads were read",
+    )
     fixed_in_commit: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{40}$",

@@ -3,7 +3,8 @@
 By version alone (PEP 440, pre-releases allowed): in the range is affected,
 outside is not, a version that cannot be placed (unparsable, or the 0.0.0 of
 a build from a checkout without tags) is a warning that it could not be
-checked.
+checked. An empty range (an entry not bounded by any release) holds for every
+build, whatever its version says.
 
 A build that names its commit (`+g<sha>`) against an entry that names its
 `fixed_in_commit` is a question of ancestry, because its version only says
@@ -48,7 +49,13 @@ class Finding:
 
 
 def placement(spec: SpecifierSet, version: Version | None) -> Placement:
-    """Where a version sits against a range, with pre-releases of an exclusive upper bound told apart."""
+    """Where a version sits against a range, with pre-releases of an exclusive upper bound told apart.
+
+    An empty range is every version: the entry's limit is not a release, so
+    even a build whose version cannot be read is in it.
+    """
+    if not spec:
+        return "in"
     if version is None:
         return "unplaced"
     if spec.contains(version, prereleases=True):
@@ -76,6 +83,8 @@ def judge(
         "versions": issue.versions,
         "checkable": where != "unplaced",
     }
+    if issue.fixed_in is not None:
+        detail["fixed_in"] = issue.fixed_in
     about = f"{issue.id} ({lane.engine} {issue.versions}: {issue.summary}; {issue.ref})"
     affected = f"{lane.engine} {lane.engine_version} is affected by {issue.id}: {issue.summary} ({issue.ref})"
     unplaced = f"engine_version '{lane.engine_version}' cannot be placed in a version range"

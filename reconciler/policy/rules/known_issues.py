@@ -1,9 +1,11 @@
 """`known-issues`: engine versions crossed with lane configuration.
 
-Upstream bugs that corrupt output or refuse to start are known by version
-range and configuration (vLLM < 0.32 with MXFP4/NVFP4 MoE under expert
-parallelism silently corrupts, vLLM #59042). Each entry of
-`policies/known-issues.yaml` is matched against every lane of its engine.
+Upstream bugs that corrupt output or refuse to start are known by what
+decides them: a version range where a release fixed them, and the lane's
+configuration (its flags, env, model, hardware; see `issue_match`). Each
+entry of `policies/known-issues.yaml` is matched against every lane of its
+engine. An entry whose limit is a kernel missing on the hardware rather than
+a release leaves `versions` empty, and then holds for every build.
 
 Versions are PEP 440, matched with pre-releases allowed: forks and nightly
 builds are rc/dev/local versions (0.26.1rc0+glm53.r39.vllm9e5d1793) and
@@ -29,9 +31,8 @@ from reconciler.policy.ancestry import build_commit
 from reconciler.policy.config import RuleSettings
 from reconciler.policy.context import Context
 from reconciler.policy.rules.issue_judgement import judge
-from reconciler.spec.lane import Lane
-from reconciler.spec.model import ModelSpec
-from reconciler.spec.policyfiles import IssueCondition, KnownIssue
+from reconciler.policy.rules.issue_match import conditions_hold
+from reconciler.spec.policyfiles import KnownIssue
 
 ISSUES_PATH = "policies/known-issues.yaml"
 
@@ -45,28 +46,6 @@ def parse_version(text: str) -> Version | None:
     if not any(version.release):
         return None
     return version
-
-
-def _conditions_hold(when: IssueCondition, lane: Lane, model: ModelSpec | None) -> bool:
-    if when.quantization:
-        quant = model.quantization.lower() if model is not None else ""
-        if quant not in {q.lower() for q in when.quantization}:
-            return False
-    if when.kv_cache_dtype and lane.kv_cache_dtype not in when.kv_cache_dtype:
-        return False
-    if when.moe is not None and (model is None or (model.moe is not None) != when.moe):
-        return False
-    for floor, value in (
-        (when.min_ep, lane.ep),
-        (when.min_tp, lane.tp),
-        (when.min_pp, lane.pp),
-        (when.min_dcp, lane.dcp),
-    ):
-        if floor is not None and value < floor:
-            return False
-    if when.launcher is not None and lane.launcher != when.launcher:
-        return False
-    return all(any(arg == flag or arg.startswith(flag + "=") for arg in lane.args) for flag in when.args_include)
 
 
 def _specifiers(issues: tuple[KnownIssue, ...]) -> list[SpecifierSet]:
@@ -98,7 +77,7 @@ def check_known_issues(ctx: Context, rule: RuleSettings) -> None:
         build = build_commit(lane.engine_version)
         for index in indexes:
             issue = issues[index]
-            if not _conditions_hold(issue.when, lane, model):
+            if not conditions_hold(issue.when, lane, model, ctx):
                 continue
             found = judge(issue, specs[index], lane, version, build, ctx.fix_ancestry)
             if found is not None:
