@@ -58,7 +58,8 @@ def test_glm_full_lane_is_explained_by_numbers(verdict: Verdict) -> None:
         assert rank.budget == int(0.88 * int(121.7 * GIB))
         assert 0 < rank.headroom < 10 * GIB
         assert not rank.running
-    found = verdict.lane_violations(GLM)
+    # Its known upstream issues (Ray's busy spin, the start-time free-memory check) are tested in test_known_issues.
+    found = [v for v in verdict.lane_violations(GLM) if v.rule != "known-issues"]
     assert {v.rule for v in found} == {"memory-budget", "boot-utilization"}
     assert all(v.severity == "warn" for v in found)
     headroom = [v for v in found if v.rule == "memory-budget"]
