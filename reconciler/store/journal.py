@@ -234,6 +234,16 @@ class Store:
             "time": row["time"],
         }
 
+    def latest_commit(self) -> dict[str, Any] | None:
+        """The newest decision about a commit (what `lanes status` shows when it is a refusal)."""
+        if self._held_commits:
+            sha = max(self._held_commits.values(), key=lambda r: r["time"])["sha"]
+            return self.commit_outcome(str(sha))
+        if "commits" not in self.db.table_names():
+            return None
+        rows = list(self.db.execute("select sha from commits order by time desc limit 1").fetchall())
+        return self.commit_outcome(str(rows[0][0])) if rows else None
+
     # -- applies ---------------------------------------------------------------
 
     def record_apply(

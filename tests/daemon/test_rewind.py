@@ -76,6 +76,14 @@ async def test_a_replayed_old_signed_commit_is_refused_until_an_operator_allows_
         assert "refused" in status["phase"] and "does not descend" in status["phase"]
         _, _, table = await w.daemon_status(d)
         assert "does not descend" in table
+        # From the journal alone (no --daemon), as a person on the control node reads it.
+        code, out, err = await w.lanes("status", "--db", str(d.db), "--repo", str(w.repo.path), "--json")
+        assert code == 0, err
+        assert (
+            json.loads(out)["refused"]["commit"] == old and "does not descend" in json.loads(out)["refused"]["reason"]
+        )
+        code, out, err = await w.lanes("status", "--db", str(d.db), "--repo", str(w.repo.path))
+        assert f"head {old[:12]} refused" in out and "does not descend" in out, out
         await wait_for(lambda: "does not descend" in (read_note(w.repo.repo, old) or ""), 30, "the note pushed")
         assert "lanes: refused" in (read_note(w.repo.repo, old) or "")
         assert any("does not descend" in e.get("reason", "") for e in d.events("commit.rewind_refused"))
