@@ -43,15 +43,8 @@ vllm/v1/core/single_type_kv_cache_manager.py SlidingWindowManager, 0.25.1 to
 0.33.0): `refusals` carries it for the rules. Other engines: min(len, window).
 
 Linear/recurrent layers keep `linear_state_bytes` per sequence, split over tp
-(ceil). On vLLM a hybrid model's layer groups share one page size
-(vllm/platforms/interface.py _align_hybrid_block_size, vllm/v1/core/
-kv_cache_planning.py unify_kv_cache_spec_page_size and
-_get_kv_cache_groups_uniform_page_size, 0.33.0): the attention block grows to
-block x cdiv(state, block x token_bytes) tokens so its page holds one state;
-the state is padded to that page; layers are grouped by kind into groups of
-group_size layers (the smallest kind count, or the largest when it is under
-1.5 x the smallest), and one sequence takes, per group, group_size x page x
-(cdiv(tokens, block) for attention, the state blocks for linear layers).
+(ceil); on vLLM a hybrid model's groups share one padded page size
+(hybridkv.py).
 
 Pipeline stages: the engine's own split (stages.py). With `compress_ratios`
 or `layer_types` each stage sums its own layers; otherwise (sliding or
@@ -74,6 +67,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reconciler.policy.enginekv import KVSettings
+from reconciler.policy.hybridkv import group_size, unified_block, unified_page
 from reconciler.policy.stages import vllm_split
 from reconciler.spec.model import Architecture
 
@@ -317,15 +311,9 @@ class KVModel:
     def _hybrid_parts(self, counts: Mapping[KindKey, int], length: int) -> dict[str, int]:
         """vLLM's allocation for one sequence of a hybrid stage: groups of equal layers, pages of one size."""
         token = self.attn_width
-        block = self.settings.block_size
-        if token and self.linear_state:
-            align = max(block, 128) if self.arch.attention == "mla" else block
-            block = max(block, align * math.ceil(self.linear_state / (align * token)))
-        page = max(math.ceil(block * token), self.linear_state)
-        sizes = [n for n in counts.values() if n]
-        group = min(sizes)
-        if max(sizes) < group * 1.5:
-            group = max(sizes)
+        block = unified_block(token, self.linear_state, self.settings.block_size, self.arch.attention == "mla")
+        page = unified_page(token, self.linear_state, block)
+        group = group_size(counts.values())
         parts: dict[str, int] = {}
         for key, count in counts.items():
             groups = math.ceil(count / group)
