@@ -115,6 +115,31 @@ def stage_sizes(layers: int, pp: int) -> list[int]:
     return list(vllm_split(layers, pp))
 
 
+def has_sliding_layers(arch: Architecture) -> bool:
+    """Whether any layer keeps a sliding-window cache (DeepSeek V4: its ratio <= 1 layers, on vLLM all of them)."""
+    if arch.sliding_window is None:
+        return False
+    if arch.compress_ratios is not None:
+        return True  # vLLM builds a DeepseekV4SWACache on every layer
+    if arch.layer_types is not None:
+        return "sliding" in arch.layer_types
+    return arch.sliding_window_layers > 0
+
+
+def dcp_sliding_refusal(arch: Architecture, engine: str, dcp: int) -> KVRefusal | None:
+    """vLLM's refusal of DCP on a model with sliding-window layers, or None when it does not apply."""
+    if dcp <= 1 or engine != "vllm" or not has_sliding_layers(arch):
+        return None
+    return KVRefusal(
+        code=DCP_SLIDING,
+        message=(
+            f"vLLM does not start with dcp {dcp} on a model with sliding-window layers "
+            "(it asserts 'DCP not support sliding window'); set dcp 1"
+        ),
+        source="vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes (vllm 0.25.1 to 0.33.0)",
+    )
+
+
 def indexer_token_bytes(arch: Architecture) -> float:
     """Bytes per indexer slot: the key plus its scales (vLLM's DeepSeek V3.2/V4 indexer caches)."""
     dim = arch.index_head_dim or 0
@@ -250,25 +275,10 @@ class KVModel:
         if self.pp > 1 and len(self._totals) > 1:
             self.notes.append("layer kinds are counted, not placed: each stage is sized with its costliest layers")
 
-    def _has_sliding(self) -> bool:
-        if self.window_everywhere:
-            return True
-        if self._positional is not None:
-            return any(SLIDING in counts for counts in self._positional)
-        return SLIDING in self._totals
-
     def _check_dcp(self) -> None:
-        if self.dcp > 1 and self.vllm and self._has_sliding():
-            self.refusals.append(
-                KVRefusal(
-                    code=DCP_SLIDING,
-                    message=(
-                        f"vLLM does not start with dcp {self.dcp} on a model with sliding-window layers "
-                        "(it asserts 'DCP not support sliding window'); set dcp 1"
-                    ),
-                    source="vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes (vllm 0.33.0)",
-                )
-            )
+        refusal = dcp_sliding_refusal(self.arch, self.settings.engine, self.dcp)
+        if refusal is not None:
+            self.refusals.append(refusal)
 
     # -- tokens and blocks --------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from reconciler.policy.enginekv import KVSettings, kv_settings
-from reconciler.policy.kv import DCP_SLIDING, KVModel, KVParams
+from reconciler.policy.kv import DCP_SLIDING, KVModel, KVParams, dcp_sliding_refusal
 from reconciler.spec.model import Architecture
 
 from .builders import gqa, lane, mla
@@ -323,3 +323,19 @@ def test_qwen35_35b_a3b_on_vllm() -> None:
     stage = kv(arch, 32_768, settings=HYBRID_VLLM).stage(0, 32_768)
     assert stage.total == 821_821_440
     assert kv(arch, 32_768, settings=SGLANG).stage(0, 32_768).total == 735_477_760
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [
+        ({"sliding_window": 256, "layer_types": ("full", "sliding")}, True),
+        ({"sliding_window": 256, "layer_types": ("full", "full"), "sliding_window_layers": 1}, False),
+        ({"layer_types": ("full", "sliding")}, False),  # no window: sized as full layers, nothing to refuse
+        ({"sliding_window": 256, "sliding_window_layers": 1}, True),
+    ],
+)
+def test_dcp_sliding_refusal_without_building_the_kv(fields: dict[str, Any], refused: bool) -> None:
+    arch = gqa(layers=2, kv_heads=2, head_dim=128, num_heads=8, **fields)
+    assert (dcp_sliding_refusal(arch, "vllm", 2) is not None) == refused
+    assert dcp_sliding_refusal(arch, "vllm", 1) is None
+    assert dcp_sliding_refusal(arch, "sglang", 2) is None
