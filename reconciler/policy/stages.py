@@ -154,8 +154,12 @@ def stage_weights(model: ModelSpec, partition: Partition, offloaded: int = 0) ->
             )
             embed = None
     if embed is None:
-        if arch.vocab_size is None or arch.hidden_size is None:
-            notes.append("no vocab_size/hidden_size: the embedding and LM head are not placed on their stages")
+        missing = [name for name in ("vocab_size", "hidden_size") if getattr(arch, name) is None]
+        if missing:
+            notes.append(
+                f"the model file has no {' or '.join(missing)}: the embedding and LM head are not placed on "
+                "their stages, the weights are spread evenly over the layers"
+            )
         body = model.weight_bytes
         extra = [0] * len(sizes)
         embed_out = 0
