@@ -1,7 +1,7 @@
-"""The daemon's HTTP server under a flood of slow clients, against the server before issue 14 and uvicorn.
+"""The daemon's HTTP server under a flood of slow clients, against the server before issue 14, uvicorn, hypercorn.
 
-    .venv/bin/python bench/http_flood.py [--clients 400] [--seconds 20] [--servers lanes,before,uvicorn]
-        [--before-rev 7524278] [--uvicorn-python /path/to/python-with-uvicorn] [--json]
+    .venv/bin/python bench/http_flood.py [--clients 400] [--seconds 20] [--servers lanes,before,uvicorn,hypercorn]
+        [--before-rev 7524278] [--asgi-python /path/to/python-with-uvicorn-and-hypercorn] [--json]
 
 Each server runs alone in a child process on a loopback port, serving /healthz and POST /webhook:
 
@@ -9,7 +9,10 @@ Each server runs alone in a child process on a loopback port, serving /healthz a
 - `before`: the same file at `--before-rev` (the server before the connection cap, issue 14);
 - `uvicorn`: uvicorn (h11) with a two-route ASGI app, `limit_concurrency=64`, `timeout_keep_alive=5`,
   `h11_max_incomplete_event_size=16384`, the app refusing bodies over 1 MiB: as close to our limits as its
-  settings go. It needs a Python with uvicorn installed (`--uvicorn-python`); lanes does not depend on it.
+  settings go;
+- `hypercorn`: the same app under hypercorn (asyncio, h11), which has no connection cap: its keep-alive,
+  read timeout, incomplete-head size and backlog set as near our limits as they go.
+The last two need a Python with uvicorn and hypercorn installed (`--asgi-python`); lanes depends on neither.
 
 The flood: `--clients` connections, five in six dribbling a request head (a header line every 0.5 s), one in
 six announcing a 1 MiB webhook body, sending all of it but the last byte at once and then stalling; each
@@ -56,9 +59,7 @@ async def main():
 asyncio.run(main())
 """
 
-UVICORN_SERVER = """
-import uvicorn
-
+ASGI_APP = """
 async def app(scope, receive, send):
     if scope["type"] != "http":
         return
@@ -79,10 +80,38 @@ async def app(scope, receive, send):
     await send({{"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]}})
     await send({{"type": "http.response.body", "body": body}})
+"""
+
+UVICORN_SERVER = (
+    ASGI_APP
+    + """
+import uvicorn
 
 uvicorn.run(app, host="127.0.0.1", port={port}, http="h11", limit_concurrency=64, timeout_keep_alive=5,
             h11_max_incomplete_event_size=16384, log_level="warning", access_log=False)
 """
+)
+
+# Hypercorn 0.18 has no connection cap (hypercorn/config.py: backlog, read_timeout, keep_alive_timeout,
+# h11_max_incomplete_size, but nothing like uvicorn's limit_concurrency): its nearest settings are used.
+HYPERCORN_SERVER = (
+    ASGI_APP
+    + """
+import asyncio
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+
+config = Config()
+config.bind = ["127.0.0.1:{port}"]
+config.keep_alive_timeout = 5
+config.read_timeout = 10
+config.h11_max_incomplete_size = 16384
+config.backlog = 64
+config.accesslog = None
+config.loglevel = "WARNING"
+asyncio.run(serve(app, config))
+"""
+)
 
 
 @dataclass
@@ -134,6 +163,8 @@ def server_code(name: str, port: int, tmp: Path, before_rev: str) -> str:
         ).stdout  # fmt: skip
         (tmp / "before_http.py").write_text(old)
         return LANES_SERVER.format(path=str(tmp), module="before_http", port=port)
+    if name == "hypercorn":
+        return HYPERCORN_SERVER.format(port=port)
     return UVICORN_SERVER.format(port=port)
 
 
@@ -197,7 +228,7 @@ async def sample(pid: int, stop: asyncio.Event, samples: list[tuple[int, int]]) 
 
 
 def spawn(name: str, port: int, args: argparse.Namespace, tmp: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    python = args.uvicorn_python if name == "uvicorn" else sys.executable
+    python = args.asgi_python if name in ("uvicorn", "hypercorn") else sys.executable
     with log_path.open("wb") as log:
         return subprocess.Popen([python, "-c", server_code(name, port, tmp, args.before_rev)], stdout=log, stderr=log)
 
@@ -248,9 +279,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=400)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--servers", default="lanes,before,uvicorn")
+    parser.add_argument("--servers", default="lanes,before,uvicorn,hypercorn")
     parser.add_argument("--before-rev", default="7524278")
-    parser.add_argument("--uvicorn-python", default=sys.executable)
+    parser.add_argument("--asgi-python", default=sys.executable, help="a Python with uvicorn and hypercorn")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = []
