@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from reconciler.policy.enginekv import KVSettings
 from reconciler.policy.hybridkv import group_size, unified_block, unified_page
 from reconciler.policy.stages import vllm_split
+from reconciler.policy.windowkv import compressor_state_bytes, reserved_tokens
 from reconciler.spec.model import Architecture
 
 MLA_LAYOUTS = frozenset({"fp8_ds_mla", "nvfp4_ds_mla"})
@@ -284,12 +285,8 @@ class KVModel:
 
     def _sliding_tokens(self, length: int, block: int) -> int:
         """Tokens a sliding-window layer reserves for one sequence (never split by dcp)."""
-        window = self.arch.sliding_window
-        assert window is not None
-        in_flight = self.settings.in_flight_tokens
-        if in_flight is None:
-            return min(length, window)
-        return (math.ceil(min(window - 1 + in_flight, length) / block) + 1) * block
+        assert self.arch.sliding_window is not None
+        return reserved_tokens(self.arch.sliding_window, self.settings.in_flight_tokens, length, block)
 
     def _tokens(self, key: KindKey, length: int) -> int:
         kind, ratio = key
@@ -314,6 +311,12 @@ class KVModel:
         if key[0] == "compressed" and self.window_everywhere:
             window = self._sliding_tokens(length, self.settings.block_size)
             out["sliding"] = math.ceil(self.attn_width * window) * self.seqs
+            head = (self.arch.kv_lora_rank or 0) + (self.arch.rope_dim or 0)
+            state = compressor_state_bytes(
+                key[1], head, self.arch.index_head_dim, self.settings.in_flight_tokens, length
+            )
+            if state:
+                out["compressor"] = state * self.seqs
         return out
 
     # -- vLLM hybrid models: one page size for every layer group ------------------------

@@ -118,14 +118,18 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
     # lane): every layer keeps a sliding window (DeepseekV4SWACache) of 64-token blocks holding
     # min(128 - 1 + in_flight, 10000) tokens, in_flight = 2 async batches x min(8 seqs x 10000, 8192) = 16384,
     # so 10000 tokens: cdiv(10000, 64) = 157 blocks + 1 = 158 = 10112 tokens per layer, on all 4 layers;
-    # compressed: r=4: ceil(10000/4) = 2500; r=128: ceil(10000/128) = 79.
+    # compressed: r=4: ceil(10000/4) = 2500; r=128: ceil(10000/128) = 79. The compressor states are
+    # sliding windows of fp32 rows too: r=4 keeps min(8 - 1 + 16384, 10000) = 10000 rows in blocks of 4,
+    # cdiv(10000, 4) + 1 = 2501 blocks = 10004 rows of 2 x 2 x 512 x 4 = 8192 B; r=128 keeps 10000 rows in
+    # blocks of 8, 1251 blocks = 10008 rows of 2 x 1 x 512 x 4 = 4096 B.
     (
         "dsv4-compress-ratios",
         mla(layers=4, kv_lora_rank=448, kv_slot_bytes=584, compress_ratios=DSV4_RATIOS, sliding_window=128),
         {"kv_cache_dtype": "fp8_ds_mla", "max_model_len": 10000},
-        [584 * (4 * 10112 + 2500 + 79)],
+        [584 * (4 * 10112 + 2500 + 79) + 10004 * 8192 + 10008 * 4096],
     ),
-    # Same with the indexer: 128 fp8 + 4 B fp32 scale = 132 B per slot, on the ratio-4 layer only.
+    # Same with the indexer: 128 fp8 + 4 B fp32 scale = 132 B per slot, on the ratio-4 layer only, and its
+    # own ratio-4 compressor state: 10004 rows of 2 x 2 x 128 x 4 = 2048 B.
     (
         "dsv4-indexer",
         mla(
@@ -137,16 +141,17 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
             index_head_dim=128,
         ),
         {"kv_cache_dtype": "fp8_ds_mla", "max_model_len": 10000},
-        [584 * (4 * 10112 + 2500 + 79) + 132 * 2500],
+        [584 * (4 * 10112 + 2500 + 79) + 132 * 2500 + 10004 * (8192 + 2048) + 10008 * 4096],
     ),
     # At 100 tokens the window reserve is capped by the context: in_flight 2 x min(8 x 100, 8192) = 1600,
     # min(127 + 1600, 100) = 100 tokens: cdiv(100, 64) = 2 blocks + 1 = 192 tokens on each of the 4 layers;
-    # compressed ceil(100/4) = 25 and ceil(100/128) = 1.
+    # compressed ceil(100/4) = 25 and ceil(100/128) = 1; compressor states: r=4 cdiv(100, 4) + 1 = 26 blocks
+    # = 104 rows of 8192 B, r=128 cdiv(100, 8) + 1 = 14 blocks = 112 rows of 4096 B.
     (
         "dsv4-short-context",
         mla(layers=4, kv_lora_rank=448, kv_slot_bytes=584, compress_ratios=DSV4_RATIOS, sliding_window=128),
         {"kv_cache_dtype": "fp8_ds_mla", "max_model_len": 100},
-        [584 * (4 * 192 + 25 + 1)],
+        [584 * (4 * 192 + 25 + 1) + 104 * 8192 + 112 * 4096],
     ),
     # Indexer on a plain MLA model (GLM-5 / V3.2 style): 576 B latent + 132 B indexer (128 fp8 + 4 B fp32
     # scale) per token per layer.
@@ -192,12 +197,13 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
     ),
     # tp 2 x pp 2: ranks 0-1 are stage 0 (layers 0-1), ranks 2-3 stage 1 (layers 2-3) of the DSv4 ratios;
     # pp 2 runs 3 batches in flight: 3 x 8192 = 24576, so each layer's window holds 10000 tokens, 10112
-    # in whole 64-token blocks (as above).
+    # in whole 64-token blocks, and the compressor states 10004 rows of 8192 B (r=4) and 10008 of 4096 B
+    # (r=128), as above.
     (
         "pp2-compress-ratios",
         mla(layers=4, kv_lora_rank=448, kv_slot_bytes=584, compress_ratios=DSV4_RATIOS, sliding_window=128),
         {"tp": 2, "pp": 2, "kv_cache_dtype": "fp8_ds_mla", "max_model_len": 10000},
-        [584 * (2 * 10112 + 2500)] * 2 + [584 * (2 * 10112 + 79)] * 2,
+        [584 * (2 * 10112 + 2500) + 10004 * 8192] * 2 + [584 * (2 * 10112 + 79) + 10008 * 4096] * 2,
     ),
     # pp 2 on a hybrid: kinds are counted, so each stage is sized with its costliest mix: 1 attention
     # and 1 linear layer on one padded page size (2 + 2 pages of 1,015,808 B) beats 2 linear layers

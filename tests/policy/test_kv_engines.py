@@ -143,14 +143,21 @@ def test_dsv4_on_vllm_keeps_a_window_on_every_layer() -> None:
     # vLLM builds a DeepseekV4SWACache on every layer; 64-token blocks, 4096 in flight:
     # min(128 - 1 + 4096, 10,000) = 4223; cdiv(4223, 64) = 66, + 1 = 67 blocks = 4288 tokens x 584 B per layer,
     # on all 4 layers; plus the compressed slots 584 x (2500 + 79) and the indexer 132 x 2500.
+    # Compressor states (fp32 sliding windows, head 448 + 64 = 512):
+    #   r=4: window 2 x 4 = 8, blocks of 4: min(7 + 4096, 10,000) = 4103, cdiv(4103, 4) = 1026 + 1 = 1027 blocks
+    #        = 4108 rows x (2 x 2 x 512 x 4 = 8192 B) = 33,652,736, and the indexer's own compressor
+    #        4108 rows x (2 x 2 x 128 x 4 = 2048 B) = 8,413,184;
+    #   r=128: window 128, blocks of 8: min(127 + 4096, 10,000) = 4223, cdiv(4223, 8) = 528 + 1 = 529 blocks
+    #        = 4232 rows x (2 x 1 x 512 x 4 = 4096 B) = 17,334,272.
     settings = KVSettings(engine="vllm", block_size=64, in_flight_tokens=4096)
     stage = kv(dsv4(), 10_000, settings=settings, kv_cache_dtype="fp8_ds_mla").stage(0, 10_000)
     assert stage.parts == {
         "sliding": 4 * 4288 * 584,
         "compressed": 584 * (2500 + 79),
         "indexer": 132 * 2500,
+        "compressor": 33_652_736 + 8_413_184 + 17_334_272,
     }
-    assert stage.total == 11_852_904
+    assert stage.total == 11_852_904 + 59_400_192
 
 
 def test_dsv4_dcp_is_refused_on_vllm() -> None:
