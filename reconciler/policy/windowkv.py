@@ -15,8 +15,9 @@ at r = 128) keeps a window of coff x r rows of 2 x coff x head_dim fp32
 values (kv_state + score_state), in blocks of 4 rows (r = 4) or 8 (r = 128);
 the indexer's own ratio-4 compressor does the same at the indexer's width.
 With a large in-flight figure these tiny windows cost more than the
-compressed cache itself (vllm-project/vllm issue 54703). Page padding to the
-576 B alignment and to the other groups' page size is not counted.
+compressed cache itself (the same effect, for a convolution state, is
+vllm-project/vllm issue 54703). Page padding to the 576 B alignment and to
+the other groups' page size is not counted.
 """
 
 from __future__ import annotations
