@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -42,6 +41,8 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the slow clients are the flood test's own (tests/support/flood.py)
+from tests.support.flood import proc_figures, slow_client  # noqa: E402
 
 LANES_SERVER = """
 import asyncio, sys
@@ -130,6 +131,8 @@ class Result:
     log_bytes: int = 0
     connections: int = 0
     dropped: int = 0
+    answered: int = 0
+    refused: int = 0
     alive: bool = True
     statuses: dict[str, int] = field(default_factory=dict)
 
@@ -138,19 +141,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def figures(pid: int) -> tuple[int, int]:
-    rss = 0
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-    try:
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        fds = 0
-    return rss, fds
 
 
 def server_code(name: str, port: int, tmp: Path, before_rev: str) -> str:
@@ -166,40 +156,6 @@ def server_code(name: str, port: int, tmp: Path, before_rev: str) -> str:
     if name == "hypercorn":
         return HYPERCORN_SERVER.format(port=port)
     return UVICORN_SERVER.format(port=port)
-
-
-async def slow_client(port: int, upload: bool, stop: asyncio.Event, result: Result) -> None:
-    while not stop.is_set():
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.3)
-            continue
-        result.connections += 1
-        try:
-            if upload:
-                writer.write(b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n")
-                writer.write(b"x" * ((1 << 20) - 1))
-            else:
-                writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-            while not stop.is_set():
-                if not upload:
-                    writer.write(b"X-Slow: 1\r\n")
-                await writer.drain()
-                try:
-                    data = await asyncio.wait_for(reader.read(4096), 0.5)
-                except TimeoutError:
-                    continue
-                if not data:
-                    result.dropped += 1
-                break
-        except OSError:
-            result.dropped += 1
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-        await asyncio.sleep(0.3)
 
 
 def ask_health_once(port: int) -> tuple[str, float]:
@@ -223,7 +179,7 @@ async def ask_health(port: int, stop: asyncio.Event, latencies: list[float], res
 
 async def sample(pid: int, stop: asyncio.Event, samples: list[tuple[int, int]]) -> None:
     while not stop.is_set():
-        samples.append(figures(pid))
+        samples.append(proc_figures(pid))
         await asyncio.sleep(0.2)
 
 
@@ -246,7 +202,7 @@ async def measure(name: str, args: argparse.Namespace, tmp: Path) -> Result:
                         break
                 await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)
-        rss0, fds0 = figures(proc.pid)
+        rss0, fds0 = proc_figures(proc.pid)
         log0 = log_path.stat().st_size
         stop = asyncio.Event()
         latencies: list[float] = []

@@ -257,38 +257,17 @@ class Daemon:
         self._recover()
         prune_journal(self.store, self.config.retention)  # at start, then every prune_interval_s
         scheduler = AsyncIOScheduler(event_loop=loop)
-        scheduler.add_job(
-            self._guarded(self._prune_job, "prune"),
-            "interval",
-            seconds=self.config.retention.prune_interval_s,
-            max_instances=1,
-            coalesce=True,
-            id="prune",
-        )
-        scheduler.add_job(
-            self._guarded(self._fetch_job, "fetch"),
-            "interval",
-            seconds=self.config.repo.fetch_interval_s,
-            max_instances=1,
-            coalesce=True,
-            id="fetch",
-        )
-        scheduler.add_job(
-            self._guarded(self._resync_job, "resync"),
-            "interval",
-            seconds=self.config.repo.resync_interval_s,
-            max_instances=1,
-            coalesce=True,
-            id="resync",
-        )
+        jobs = [
+            (self._prune_job, "prune", self.config.retention.prune_interval_s),
+            (self._fetch_job, "fetch", self.config.repo.fetch_interval_s),
+            (self._resync_job, "resync", self.config.repo.resync_interval_s),
+        ]
         if self.config.upstream.enabled:
+            jobs.append((self._upstream_job, "upstream", self.config.upstream.interval_s))
+        for job, name, seconds in jobs:
+            # One run of a job at a time; runs missed while it ran are coalesced into one.
             scheduler.add_job(
-                self._guarded(self._upstream_job, "upstream"),
-                "interval",
-                seconds=self.config.upstream.interval_s,
-                max_instances=1,
-                coalesce=True,
-                id="upstream",
+                self._guarded(job, name), "interval", seconds=seconds, max_instances=1, coalesce=True, id=name
             )
         scheduler.start()
         http = self._http()

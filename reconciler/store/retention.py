@@ -107,21 +107,25 @@ def prune(store: Store, retention: Retention, *, now: float | None = None) -> Pr
                     [applies_cut, _json(kept)],
                 )
                 counts["applies"] = cur.rowcount
-        journal_cut = _cutoff(retention.journal_days, now)
-        if "journal" in tables and journal_cut is not None:
-            cur = conn.execute(
+        old_rows = (
+            (
+                "journal",
+                retention.journal_days,
                 "delete from journal where state != 'started' and coalesce(finished, started) < ? "
                 "and run not in (select value from json_each(?))",
-                [journal_cut, _json(kept_runs)],
-            )
-            counts["journal"] = cur.rowcount
-        commits_cut = _cutoff(retention.commits_days, now)
-        if "commits" in tables and commits_cut is not None:
-            cur = conn.execute(
+                _json(kept_runs),
+            ),
+            (
+                "commits",
+                retention.commits_days,
                 "delete from commits where time < ? and sha not in (select value from json_each(?))",
-                [commits_cut, _json(_kept_commits(store))],
-            )
-            counts["commits"] = cur.rowcount
+                _json(_kept_commits(store)),
+            ),
+        )
+        for table, days, sql, kept_json in old_rows:
+            cut = _cutoff(days, now)
+            if table in tables and cut is not None:
+                counts[table] = conn.execute(sql, [cut, kept_json]).rowcount
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -10,9 +10,7 @@ are printed, not timed: `bench/http_flood.py` measures them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ import httpx
 import pytest
 
 from reconciler.source.webhook import sign
+from tests.support.flood import proc_figures, slow_client
 from tests.support.lanesproc import WEBHOOK_SECRET
 from tests.support.waiting import wait_for
 from tests.support.world import daemon_world
@@ -33,15 +32,6 @@ MAX_CONNECTIONS = 64  # the daemon's default [http] max_connections
 MAX_BODIES = 8  # reconciler.daemon.http.Limits.max_bodies
 
 
-def proc_figures(pid: int) -> tuple[int, int]:
-    """(RSS in bytes, open descriptors) of a process, from /proc."""
-    rss = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) * 1024
-    return rss, len(os.listdir(f"/proc/{pid}/fd"))
-
-
 @dataclass
 class Flood:
     connections: int = 0
@@ -51,44 +41,6 @@ class Flood:
     health: list[tuple[int, float]] = field(default_factory=list)
     samples: list[tuple[int, int]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-
-
-async def slow_client(port: int, upload: bool, stop: asyncio.Event, flood: Flood) -> None:
-    """Dribbles a head (or an upload) a few bytes at a time; when the daemon drops it, comes back."""
-    while not stop.is_set():
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            flood.refused += 1
-            await asyncio.sleep(0.2)
-            continue
-        flood.connections += 1
-        try:
-            if upload:  # all of a 1 MiB body but its last byte, then nothing: what costs a server memory
-                writer.write(b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n")
-                writer.write(b"x" * ((1 << 20) - 1))
-            else:
-                writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-            while not stop.is_set():
-                if not upload:
-                    writer.write(b"X-Slow: 1\r\n")
-                await writer.drain()
-                try:
-                    data = await asyncio.wait_for(reader.read(4096), 0.5)
-                except TimeoutError:
-                    continue
-                if data:
-                    flood.answered += 1
-                else:
-                    flood.dropped += 1
-                break
-        except OSError:
-            flood.dropped += 1
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-        await asyncio.sleep(0.5)
 
 
 def ask_health_once(port: int) -> tuple[int, float, str]:
