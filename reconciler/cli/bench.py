@@ -6,7 +6,7 @@ lane's port, or `--url`), shows a progress bar on stderr, and prints a
 llama-benchy style table (or the evidence JSON with `--json`). `--out FILE`
 writes the evidence and its SVG chart beside it; `--baseline FILE` compares
 with an earlier evidence file. Exit 0 fine, 1 a throughput regression
-beyond noise against the baseline (or the endpoint failed), 2 bad input.
+beyond noise against the baseline, 5 an endpoint that does not answer usably, 2 bad input.
 """
 
 from __future__ import annotations
@@ -20,15 +20,17 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.text import Text
 
 from reconciler.bench import chart, evidence
 from reconciler.bench.metrics import row_key
 from reconciler.bench.rates import BASIS_WORDS
 from reconciler.bench.runner import Progress as BenchProgress
 from reconciler.bench.service import benchmark_lane
-from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, handle_errors
-from reconciler.errors import InputError
+from reconciler.cli import exitcodes
+from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, fail, handle_errors
+from reconciler.cli.tables import Cell, Column, print_table
+from reconciler.errors import InputError, LanesError
 from reconciler.source.gitread import open_repo, read_commit
 from reconciler.spec.load import load_desired
 
@@ -47,16 +49,15 @@ def _fmt(metric: Any, digits: int = 2) -> str:
     return f"{metric['mean']:.{digits}f} ± {metric['std']:.{digits}f}"
 
 
-def _change(comparison: Mapping[str, Any] | None, row: Mapping[str, Any], metric: str) -> str:
+def _change(comparison: Mapping[str, Any] | None, row: Mapping[str, Any], metric: str) -> Text:
     if not comparison:
-        return ""
+        return Text("")
     key = row_key(row)
     for m in comparison["metrics"]:
         if m["metric"] == metric and evidence.comparison_key(m) == key:
             change = f"{m['relative']:+.1%}" if m["relative"] is not None else f"{m['delta']:+.3g}"
-            color = {"worse": "red", "better": "green"}.get(m["verdict"], "")
-            return f"[{color}]{change}[/]" if color else change
-    return ""
+            return Text(change, style={"worse": "red", "better": "green"}.get(m["verdict"], ""))
+    return Text("")
 
 
 def render_table(ev: Mapping[str, Any], console: Console) -> None:
@@ -68,12 +69,12 @@ def render_table(ev: Mapping[str, Any], console: Console) -> None:
     """
     comparison = ev.get("comparison")
     basis = evidence.tg_basis(ev)
-    table = Table(
-        title=f"{ev['lane']} at {str(ev['commit'])[:12]} · {ev['model']} · latency {ev['latency_ms']:.1f} ms"
-        f" · tg counts {BASIS_WORDS[basis]}",
-        title_justify="left",
+    title = (
+        f"{ev['lane']} at {str(ev['commit'])[:12]} · {ev['model']} · latency {ev['latency_ms']:.1f} ms"
+        f" · tg counts {BASIS_WORDS[basis]}"
     )
-    for column in (
+    rows: list[list[Cell]] = []
+    headers = (
         "test",
         "c",
         "t/s (total)",
@@ -85,8 +86,8 @@ def render_table(ev: Mapping[str, Any], console: Console) -> None:
         "e2e_ttft ms",
         "itl ms",
         "vs baseline",
-    ):
-        table.add_column(column, justify="left" if column == "test" else "right", no_wrap=True)
+    )
+    columns = [Column(h, "key" if h == "test" else "num") for h in headers]
     for row in ev["benchmarks"]:
         depth = f" @ d{row['context_size']}" if row["context_size"] else ""
         pp_name, tg_name = (
@@ -95,47 +96,53 @@ def render_table(ev: Mapping[str, Any], console: Console) -> None:
             else (f"pp{row['prompt_size']}", f"tg{row['response_size']}")
         )
         c = str(row["concurrency"])
-        table.add_row(
-            f"{pp_name}{depth}",
-            c,
-            _fmt(row.get("pp_throughput")),
-            _fmt(row.get("pp_req_throughput")),
-            "",
-            "",
-            _fmt(row.get("ttfr")),
-            _fmt(row.get("est_ppt")),
-            _fmt(row.get("e2e_ttft")),
-            "",
-            _change(comparison, row, "pp_throughput"),
+        rows.append(
+            [
+                f"{pp_name}{depth}",
+                c,
+                _fmt(row.get("pp_throughput")),
+                _fmt(row.get("pp_req_throughput")),
+                "",
+                "",
+                _fmt(row.get("ttfr")),
+                _fmt(row.get("est_ppt")),
+                _fmt(row.get("e2e_ttft")),
+                "",
+                _change(comparison, row, "pp_throughput"),
+            ]
         )
-        table.add_row(
-            f"{tg_name}{depth} ({BASIS_WORDS[basis]})",
-            c,
-            _fmt(row.get("tg_throughput")),
-            _fmt(row.get("tg_req_throughput")),
-            _fmt(row.get("peak_throughput")),
-            _fmt(row.get("peak_req_throughput")),
-            "",
-            "",
-            "",
-            _fmt(row.get("itl")),
-            _change(comparison, row, "tg_throughput"),
+        rows.append(
+            [
+                f"{tg_name}{depth} ({BASIS_WORDS[basis]})",
+                c,
+                _fmt(row.get("tg_throughput")),
+                _fmt(row.get("tg_req_throughput")),
+                _fmt(row.get("peak_throughput")),
+                _fmt(row.get("peak_req_throughput")),
+                "",
+                "",
+                "",
+                _fmt(row.get("itl")),
+                _change(comparison, row, "tg_throughput"),
+            ]
         )
         if basis != "stream_chunks" and row.get("tg_throughput_chunks") is not None:
-            table.add_row(
-                f"{tg_name}{depth} ({BASIS_WORDS['stream_chunks']})",
-                c,
-                _fmt(row.get("tg_throughput_chunks")),
-                _fmt(row.get("tg_req_throughput_chunks")),
-                _fmt(row.get("peak_throughput_chunks")),
-                _fmt(row.get("peak_req_throughput_chunks")),
-                "",
-                "",
-                "",
-                "",
-                _change(comparison, row, "tg_throughput_chunks"),
+            rows.append(
+                [
+                    f"{tg_name}{depth} ({BASIS_WORDS['stream_chunks']})",
+                    c,
+                    _fmt(row.get("tg_throughput_chunks")),
+                    _fmt(row.get("tg_req_throughput_chunks")),
+                    _fmt(row.get("peak_throughput_chunks")),
+                    _fmt(row.get("peak_req_throughput_chunks")),
+                    "",
+                    "",
+                    "",
+                    "",
+                    _change(comparison, row, "tg_throughput_chunks"),
+                ]
             )
-    console.print(table)
+    print_table(console, columns, rows, title=title)
     errors = sum(int(row.get("errors", 0)) for row in ev["benchmarks"])
     if errors:
         console.print(f"[yellow]{errors} request(s) failed and are left out of the figures[/]")
@@ -171,7 +178,10 @@ def bench_cmd(
     out: Annotated[Path | None, typer.Option("--out", help="write the evidence JSON here, the chart beside it")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the evidence JSON instead of a table")] = False,
 ) -> None:
-    """Benchmark a lane (pp, tg, TTFT, ITL); exit 1 on a throughput regression against --baseline."""
+    """Benchmark a lane (pp, tg, TTFT, ITL); exit 1 on a throughput regression against --baseline.
+
+    Exit 5 when the endpoint does not answer usably (nothing measured), 2 bad input.
+    """
     read = read_commit(open_repo(repo), rev, (state_dir,))
     desired = load_desired(read.files, read.commit, state_dir=state_dir)
     base = _read_baseline(baseline) if baseline is not None else None
@@ -189,7 +199,14 @@ def bench_cmd(
         def show(p: BenchProgress) -> None:
             bar.update(task, completed=p.done, total=p.total, description=f"bench {lane}: {p.label}")
 
-        ev = asyncio.run(benchmark_lane(desired, lane, profile=profile, url=url, baseline=base, progress=show))
+        try:
+            ev = asyncio.run(benchmark_lane(desired, lane, profile=profile, url=url, baseline=base, progress=show))
+        except InputError:
+            raise
+        except LanesError as exc:
+            # The endpoint did not answer usably: no figure was measured, which is not a regression.
+            bar.stop()
+            fail(f"{lane}: endpoint unusable: {exc}", exitcodes.UNAVAILABLE, as_json=as_json)
 
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

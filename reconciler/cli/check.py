@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, gib, handle_errors, load_commit
+from reconciler.cli.tables import Column, paragraph, print_table
 from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.policy import Verdict, evaluate
 from reconciler.upstream.ancestry import fix_ancestry
@@ -36,31 +37,34 @@ def check(
 
 
 def render_verdict(verdict: Verdict, console: Console) -> None:
-    table = Table(title=f"Per-rank memory budget at {verdict.commit[:12]} (GiB)", title_justify="left")
-    for column in ("lane", "rank", "host", "weights", "KV", "overhead", "need", "budget", "headroom"):
-        justify = "left" if column in {"lane", "host"} else "right"
-        table.add_column(column, justify=justify, no_wrap=column == "lane")  # type: ignore[arg-type]
-    for b in verdict.budgets:
-        style = "red" if b.headroom < 0 else ""
-        floor = " (floor)" if b.floor else ""
-        table.add_row(
+    # Names and figures whole at any width (`reconciler.cli.tables`): at 80 columns the lane heads its ranks.
+    columns = [
+        Column("lane", "key"),
+        Column("rank", "num"),
+        Column("host"),
+        *(Column(name, "num") for name in ("weights", "KV", "overhead", "need", "budget", "headroom")),
+    ]
+    rows = [
+        [
             b.lane,
             str(b.rank),
             b.host,
             gib(b.weights),
-            gib(b.kv_min) + floor,
+            gib(b.kv_min) + (" (floor)" if b.floor else ""),
             gib(b.overhead),
             gib(b.need),
             gib(b.budget),
             gib(b.headroom),
-            style=style,
-        )
-    console.print(table)
+        ]
+        for b in verdict.budgets
+    ]
+    styles = ["red" if b.headroom < 0 else "" for b in verdict.budgets]
+    print_table(console, columns, rows, title=f"Per-rank memory budget at {verdict.commit[:12]} (GiB)", styles=styles)
     if verdict.ports:
         console.print("Ports each lane listens on (API, torch.distributed, Ray; checked for clashes per host):")
         for lane, ports in sorted(verdict.ports.items()):
             spans = ", ".join(f"{what} {span}" for what, span in ports.items())
-            console.print(f"  {lane}: {spans}", highlight=False, soft_wrap=True)
+            paragraph(console, escape(f"  {lane}: {spans}"))
     if not verdict.violations:
         console.print("[green]no violations[/]")
     for v in verdict.violations:
@@ -68,7 +72,8 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
         where = " ".join(
             part for part in (v.lane or "", f"rank {v.rank}" if v.rank is not None else "", v.host or "") if part
         )
-        console.print(f"[{color}]{v.severity.upper()}[/] [bold]{v.rule}[/] {where}: {v.message}", highlight=False)
+        head = f"[{color}]{v.severity.upper()}[/] [bold]{escape(v.rule)}[/]"
+        paragraph(console, f"{head} {escape(where)}: {escape(v.message)}")
     status = "[green]ok[/]" if verdict.ok else "[red]denied[/]"
     console.print(
         f"{status}: {sum(v.severity == 'deny' for v in verdict.violations)} deny, "

@@ -1,7 +1,9 @@
 """What every command shares: loading a commit, exit codes, error printing.
 
-Exit codes are the contract scripts rely on: 0 fine, 1 a deny (or pending
-changes for `plan --exit-code`, a failed apply), 2 bad input or usage.
+Exit codes are the contract scripts rely on; `reconciler.cli.exitcodes` lists them all. With
+`--json` every outcome is one JSON object on stdout, an error too: `{"ok": false, "error": ...,
+"exit_code": N}` (with `file`, `line` and `field` when bad input says where); progress, warnings
+and other diagnostics for people go to stderr.
 """
 
 from __future__ import annotations
@@ -14,15 +16,17 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from reconciler.cli import exitcodes
 from reconciler.errors import InputError, LanesError
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 
 __all__ = ["LoadedCommit", "load_commit"]
 
-EXIT_OK = 0
-EXIT_DENY = 1
-EXIT_INPUT = 2
+EXIT_OK = exitcodes.OK
+EXIT_DENY = exitcodes.FAILED
+EXIT_INPUT = exitcodes.BAD_INPUT
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -30,11 +34,16 @@ R = TypeVar("R")
 err_console = Console(stderr=True)
 
 
+def error_json(message: str, code: int, **extra: Any) -> dict[str, Any]:
+    """The one JSON error shape of every `--json` command."""
+    return {"ok": False, "error": message, "exit_code": code, **extra}
+
+
 def fail(message: str, code: int = EXIT_INPUT, *, as_json: bool = False, **extra: Any) -> NoReturn:
     if as_json:
-        print(json.dumps({"ok": False, "error": message, **extra}))
+        print(json.dumps(error_json(message, code, **extra)))
     else:
-        err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -52,7 +61,7 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             fail(str(exc), EXIT_DENY, as_json=as_json)
         except KeyboardInterrupt:
             err_console.print("interrupted")
-            sys.exit(130)
+            sys.exit(exitcodes.INTERRUPTED)
 
     return wrapper
 

@@ -19,9 +19,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from reconciler.cli.common import err_console, handle_errors
+from reconciler.cli.common import err_console, fail, handle_errors
+from reconciler.cli.tables import Column, print_table
 from reconciler.source.gitread import open_repo
 from reconciler.source.history import LaneChange, change_to_json, history, show_value
 from reconciler.source.notes import parse_note
@@ -154,14 +155,14 @@ def _changes(entry: dict[str, Any]) -> str:
             if file["status"] == "removed":
                 continue
             fields = [c for c in fields if c["field"] in _ADDED_SUMMARY] if is_lane else []
-        lines.extend(f"{indent}{_field_text(change)}" for change in fields)
+        lines.extend(f"{indent}{field_text(change)}" for change in fields)
     return "\n".join(lines)
 
 
 _DIGEST = re.compile(r"(sha256:[0-9a-f]{12})[0-9a-f]{52}")
 
 
-def _field_text(change: dict[str, Any]) -> str:
+def field_text(change: dict[str, Any]) -> str:
     def show(value: Any) -> str:
         # A digest is told apart by its first 12 hex digits; the JSON output keeps all 64.
         text = _DIGEST.sub(r"\1…", show_value(value))
@@ -174,28 +175,40 @@ def _field_text(change: dict[str, Any]) -> str:
     return f"{escape(change['field'])}: {show(change['old'])} -> {show(change['new'])}"
 
 
+def _change_cell(entry: dict[str, Any]) -> Text:
+    """The commit's subject (dim), then its field changes."""
+    parts = (f"[dim]{escape(entry['subject'])}[/]" if entry["subject"] else "", _changes(entry))
+    return Text.from_markup("\n".join(p for p in parts if p))
+
+
 def print_history(lanes: dict[str, list[dict[str, Any]]], console: Console) -> None:
     if not lanes:
         console.print("no lane changes found")
+    # The change and what the daemon did are what a reader came for: they are the free text that wraps.
+    columns = [
+        Column("commit"),
+        Column("when (UTC)"),
+        Column("author"),
+        Column("change", "text"),
+        Column("daemon", "text"),
+        Column("evidence", "text"),
+    ]
     for name, entries in lanes.items():
-        table = Table(title=f"[bold]{name}[/]", title_justify="left", show_lines=True, expand=True)
-        # Ratios share the width: the change and what the daemon did are what a reader came for.
-        table.add_column("commit", ratio=2, overflow="fold")
-        table.add_column("when (UTC)", ratio=2)
-        table.add_column("author", ratio=2)
-        table.add_column("change", ratio=6, overflow="fold")
-        table.add_column("daemon", ratio=4, overflow="fold")
-        table.add_column("evidence", ratio=2, overflow="fold")
-        for entry in entries:
-            table.add_row(
-                f"{entry['commit'][:12]}\n[dim]{escape(entry['subject'][:48])}[/]",
+        rows = [
+            [
+                entry["commit"][:12],
                 _when(entry["time"]),
-                escape(entry["author"]),
-                _changes(entry),
-                _outcome(entry),
-                escape("\n".join(Path(p).name for p in entry["evidence"])),
-            )
-        console.print(table)
+                entry["author"],
+                _change_cell(entry),
+                Text.from_markup(_outcome(entry)),
+                "\n".join(Path(p).name for p in entry["evidence"]),
+            ]
+            for entry in entries
+        ]
+        print_table(console, columns, rows, title=Text(name, style="bold"))
+        if not entries:
+            console.print("no changes found", style="dim")
+        console.print()
 
 
 @handle_errors
@@ -212,7 +225,9 @@ def history_cmd(
     repository = open_repo(repo)
     changes = history(repository, {lane} if lane else None, rev=rev, state_dir=state_dir, limit=limit)
     if lane and lane not in changes:
-        changes[lane] = []
+        # No commit ever touched it: a typo, or a lane of another repository. Say which lanes there are.
+        known = sorted(history(repository, None, rev=rev, state_dir=state_dir, limit=1))
+        fail(f"no lane '{lane}' in the history of {rev} (known: {', '.join(known) or 'none'})", as_json=as_json)
     applies, problem = read_applies(db if db is not None else DEFAULT_DB)
     if problem and (db is not None or DEFAULT_DB.exists()):
         # Said on stderr so `--json` stays one object; the notes in git still say what the daemon did.

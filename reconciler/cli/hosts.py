@@ -14,15 +14,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import shutil
 import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from reconciler.cli.common import EXIT_DENY, EXIT_OK, fail, handle_errors, load_commit
+from reconciler.cli import exitcodes
+from reconciler.cli.common import EXIT_OK, fail, handle_errors, load_commit
 from reconciler.cli.reconcile import DEFAULT_KEY, DEFAULT_KNOWN_HOSTS, JsonOpt, KeyOpt, KnownHostsOpt, RepoOpt, RevOpt
+from reconciler.cli.tables import output_width
 from reconciler.execute.cycle import targets_for
 from reconciler.facts.hostinfo import HostInfo, NetLink, RdmaDevice
 from reconciler.facts.observed import ObservedFleet, ObservedHost
@@ -239,7 +240,7 @@ def hosts_cmd(
     host: Annotated[list[str] | None, typer.Option("--host", help="only this host (repeatable)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Probe every host once and show its facts: OS, driver, links, RDMA, memory, disk (exit 1: one unreachable)."""
+    """Probe every host once and show its facts: OS, driver, links, RDMA, memory, disk (exit 4: one unreachable)."""
     loaded = load_commit(repo, rev)
     desired = loaded.desired
     only = frozenset(host) if host else None
@@ -255,5 +256,6 @@ def hosts_cmd(
     if as_json:
         print(json.dumps(hosts_to_json(desired, observed), indent=2))
     else:
-        print(render_hosts(desired, observed, shutil.get_terminal_size((80, 24)).columns), end="")
-    raise typer.Exit(EXIT_DENY if observed.unreachable() else EXIT_OK)
+        # Wrapped at the table width ($COLUMNS, the terminal's), 80 in a pipe: blocks of prose, not rows.
+        print(render_hosts(desired, observed, output_width() or 80), end="")
+    raise typer.Exit(exitcodes.BLOCKED if observed.unreachable() else EXIT_OK)

@@ -16,9 +16,10 @@ from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from reconciler.cli import exitcodes
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, handle_errors
+from reconciler.cli.tables import Column, print_table
 from reconciler.daemon.config import load_config
 from reconciler.source.acceptance import Signers, accepted
 from reconciler.source.gitread import open_repo, read_commit
@@ -101,7 +102,10 @@ def upstream_cmd(
     secrets_dir: SecretsOpt = None,
     config: TokensOpt = None,
 ) -> None:
-    """The gap table: each lane's engine build against the newest upstream release or branch head."""
+    """The gap table: each lane's engine build against the newest upstream release or branch head.
+
+    Exit 5 when --refresh polled and every source failed (the table then shows earlier polls only).
+    """
     desired = load_state(repo, rev, state_dir)
     settings = poll_settings(data_dir, secrets_dir, config)
     polled: list[PollResult] = []
@@ -109,12 +113,28 @@ def upstream_cmd(
         if refresh:
             polled = asyncio.run(poll_all(desired.upstreams, store, settings, on_result=progress))
         rows = gap_rows(desired, store)
+    # Every source failing is no refresh at all: the table shows only what earlier polls recorded.
+    code = exitcodes.UNAVAILABLE if polled and all(p.status == "failed" for p in polled) else EXIT_OK
     if as_json:
-        out = {"commit": desired.commit, "lanes": [r.to_json() for r in rows], "polled": [p.to_json() for p in polled]}
+        out = {
+            "ok": code == EXIT_OK,
+            "exit_code": code,
+            "commit": desired.commit,
+            "lanes": [r.to_json() for r in rows],
+            "polled": [p.to_json() for p in polled],
+        }
+        if code != EXIT_OK:
+            out["error"] = f"every upstream source failed ({len(polled)}): the table is from earlier polls"
         print(json.dumps(out, indent=2))
     else:
         render_gap(rows, Console(), desired.commit)
-    raise typer.Exit(EXIT_OK)
+        if code != EXIT_OK:
+            err_console.print(
+                f"[red]error:[/] every upstream source failed ({len(polled)}): the table is from earlier polls",
+                highlight=False,
+                soft_wrap=True,
+            )
+    raise typer.Exit(code)
 
 
 def _between(values: tuple[str, ...]) -> str:
@@ -125,16 +145,24 @@ def _between(values: tuple[str, ...]) -> str:
 
 def render_gap(rows: list[GapRow], console: Console, commit: str = "") -> None:
     title = f"Where we are{f' at {commit[:12]}' if commit else ''}"
-    table = Table(title=title, title_justify="left")
-    for column in ("lane", "engine build", "built", "upstream latest", "date", "gap", "in between"):
-        table.add_column(column, no_wrap=column == "lane", overflow="fold")
+    columns = [
+        Column("lane", "key"),
+        Column("engine build"),
+        Column("built"),
+        Column("upstream latest"),
+        Column("date"),
+        Column("gap", "text"),
+        Column("in between", "text"),
+    ]
+    table = []
+    styles = []
     for r in rows:
-        build = f"{r.engine} {r.engine_version}" + (f"\n@{r.digest_short}" if r.digest_short else "")
+        build = f"{r.engine} {r.engine_version}" + (f" @{r.digest_short}" if r.digest_short else "")
         latest = f"{r.upstream}: {r.latest}" if r.upstream and r.latest else (r.upstream or "-")
-        style = "green" if r.summary.endswith("current") or "current (" in r.summary else ""
+        styles.append("green" if r.summary.endswith("current") or "current (" in r.summary else "")
         between = _between(r.between) if r.rule != "commit" else "; ".join(r.between[:3])
-        table.add_row(r.lane, build, r.built or "?", latest, r.latest_date or "", r.summary, between, style=style)
-    console.print(table)
+        table.append([r.lane, build, r.built or "?", latest, r.latest_date or "", r.summary, between])
+    print_table(console, columns, table, title=title, styles=styles)
 
 
 ForgeKind = Literal["github", "gitea"]

@@ -367,3 +367,31 @@ def change_to_json(change: LaneChange) -> dict[str, Any]:
         "note": change.note,
         "evidence": list(change.evidence),
     }
+
+
+def lane_changes_between(
+    repo: pygit2.Repository, lane: str, old_rev: str, new_rev: str, *, state_dir: str = "state"
+) -> tuple[FileChange, ...]:
+    """The lane's file and the model file it names, diffed field by field from `old_rev` to `new_rev`.
+
+    The same diff the history walk makes per commit (`_file_change`), between any two commits:
+    `lanes plan` says with it what changed since the commit a lane's containers run.
+    """
+    trees = (resolve(repo, old_rev).tree, resolve(repo, new_rev).tree)
+    lanes_dir, models_dir = posixpath.join(state_dir, "lanes"), posixpath.join(state_dir, "models")
+    old_lanes, new_lanes = (_blobs(_subtree(repo, t, lanes_dir)) for t in trees)
+    old_models, new_models = (_blobs(_subtree(repo, t, models_dir)) for t in trees)
+    out: list[FileChange] = []
+    models: set[str] = set()
+    for name in sorted(set(old_lanes) | set(new_lanes)):
+        if _stem(name) != lane:
+            continue
+        models |= {m for m in (_model_of(repo, old_lanes.get(name)), _model_of(repo, new_lanes.get(name))) if m}
+        if old_lanes.get(name) != new_lanes.get(name):
+            out.append(_file_change(repo, posixpath.join(lanes_dir, name), old_lanes.get(name), new_lanes.get(name)))
+    out += [
+        _file_change(repo, posixpath.join(models_dir, name), old_models.get(name), new_models.get(name))
+        for name in sorted(set(old_models) | set(new_models))
+        if _stem(name) in models and old_models.get(name) != new_models.get(name)
+    ]
+    return tuple(out)

@@ -68,7 +68,9 @@ def test_bench_writes_evidence_and_chart_then_flags_a_slower_engine(
     assert "**Regression:**" in body and "tg_throughput" in body and "**worse**" in body
 
 
-def test_bad_input_exits_2_and_an_unreachable_lane_exits_1(repo: Path, tmp_path: Path) -> None:
+def test_bad_input_exits_2_and_an_unusable_endpoint_exits_5(
+    repo: Path, tmp_path: Path
+) -> None:
     code, _, err = bench(repo, "--profile", "nope")
     assert code == 2 and "no bench profile 'nope'" in err
     result = runner.invoke(app, ["bench", "no-such-lane", "--repo", str(repo), "--url", "http://127.0.0.1:9"])
@@ -76,4 +78,4 @@ def test_bad_input_exits_2_and_an_unreachable_lane_exits_1(repo: Path, tmp_path:
     code, _, err = bench(repo, "--baseline", str(tmp_path / "missing.json"))
     assert code == 2 and "cannot read baseline" in err
     code, _, err = bench(repo, "--url", f"http://127.0.0.1:{free_port()}", "--profile", "quick")
-    assert code == 1 and "ConnectError" in err
+    assert code == 5 and "ConnectError" in err and "endpoint unusable" in err
