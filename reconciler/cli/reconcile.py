@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -12,14 +13,20 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from reconciler.cli.common import EXIT_DENY, EXIT_OK, fail, handle_errors, load_commit
+from reconciler.cli import exitcodes
+from reconciler.cli.common import EXIT_DENY, LoadedCommit, fail, handle_errors, load_commit
 from reconciler.cli.daemonview import ask_daemon, needs_attention, trouble_lines
+from reconciler.cli.history import field_text
+from reconciler.cli.plandiff import LaneDiff, lane_diffs
+from reconciler.cli.tables import Column, print_table
 from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings
+from reconciler.execute.results import Result
 from reconciler.execute.secrets import SecretStore
+from reconciler.source.gitread import open_repo
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
 from reconciler.store.status import drift_text, status_rows
@@ -53,10 +60,45 @@ DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts").expanduser()
 DEFAULT_KEY = Path("~/.ssh/id_ed25519").expanduser()
 
 
-def plan_to_json(result: CycleResult) -> dict[str, Any]:
-    return {
+def blocked_lanes(result: CycleResult) -> list[dict[str, Any]]:
+    """Lanes the plan cannot act on now (a host unreachable, a lease, a failed spec, a retry pending)."""
+    return [
+        {"name": lp.lane, "cause": lp.cause.value, "reason": lp.reason, "hosts": list(lp.hosts)}
+        for lp in result.plan.lanes
+        if lp.action == "blocked"
+    ]
+
+
+def unreachable_hosts(result: CycleResult, only: frozenset[str] | None) -> list[str]:
+    """Hosts that did not answer: all of them, or with --lane those the chosen lanes run on."""
+    down = result.observed.unreachable()
+    if only is None:
+        return list(down)
+    involved = {h for lp in result.plan.lanes for h in lp.hosts}
+    return [h for h in down if h in involved]
+
+
+def plan_exit(result: CycleResult, only: frozenset[str] | None, *, detailed: bool) -> int:
+    """The exit code of `plan` (see `reconciler.cli.exitcodes`): blocked, then denied or failing, then changes."""
+    if blocked_lanes(result) or unreachable_hosts(result, only):
+        return exitcodes.BLOCKED
+    if any(lp.action in {"denied", "fail"} for lp in result.plan.lanes):
+        return exitcodes.FAILED
+    return exitcodes.CHANGES if detailed and not result.plan.empty else exitcodes.OK
+
+
+def plan_to_json(
+    result: CycleResult,
+    diffs: dict[str, LaneDiff] | None = None,
+    only: frozenset[str] | None = None,
+    code: int | None = None,
+) -> dict[str, Any]:
+    diffs = diffs or {}
+    out: dict[str, Any] = {
         "commit": result.commit,
         "changes": not result.plan.empty,
+        "blocked": blocked_lanes(result),
+        "unreachable": unreachable_hosts(result, only),
         "lanes": [
             {
                 "name": lp.lane,
@@ -66,30 +108,80 @@ def plan_to_json(result: CycleResult) -> dict[str, Any]:
                 "drift": [d.to_json() for d in lp.drift],
                 "hosts": list(lp.hosts),
                 "steps": [{"kind": s.kind, "describe": s.describe()} for s in lp.steps],
+                **({"diff": diffs[lp.lane].to_json()} if lp.lane in diffs else {}),
             }
             for lp in result.plan.lanes
         ],
-        "unreachable": list(result.observed.unreachable()),
     }
+    if code is not None:
+        out["ok"] = code in (exitcodes.OK, exitcodes.CHANGES)
+        out["exit_code"] = code
+    return out
 
 
-ACTION_COLORS = {"deploy": "cyan", "verify": "cyan", "stop": "magenta", "noop": "green", "denied": "red", "fail": "red"}
+ACTION_COLORS = {
+    "deploy": "cyan",
+    "verify": "cyan",
+    "stop": "magenta",
+    "noop": "green",
+    "denied": "red",
+    "fail": "red",
+    "blocked": "yellow",
+}
+INDENT = " " * 10
 
 
-def print_plan(result: CycleResult, console: Console) -> None:
+def _say(console: Console, markup: str) -> None:
+    console.print(markup, highlight=False, soft_wrap=True)
+
+
+def print_plan(
+    result: CycleResult,
+    console: Console,
+    diffs: dict[str, LaneDiff] | None = None,
+    only: frozenset[str] | None = None,
+) -> None:
+    """One line per lane (its action and why), then what changes in it and its steps; blocked is never 'nothing'."""
+    diffs = diffs or {}
     for lp in result.plan.lanes:
         color = ACTION_COLORS.get(lp.action, "yellow")
-        console.print(f"[{color}]{lp.action:7}[/] [bold]{lp.lane}[/]: {lp.reason}", highlight=False)
+        diff = diffs.get(lp.lane)
+        reason = lp.reason
+        if diff is not None and diff.files and lp.cause.value == "spec-changed":
+            reason = f"the spec changed since {diff.running[0][:12]}, the commit its containers run:"
+        _say(console, f"[{color}]{lp.action:7}[/] [bold]{escape(lp.lane)}[/]: {escape(reason)}")
+        if diff is not None:
+            for file in diff.files:
+                _say(console, f"{INDENT}[dim]{escape(file.path)}[/] ({file.status})")
+                if file.error:
+                    _say(console, f"{INDENT}  {escape(file.error)}")
+                for change in file.fields:
+                    data = {"field": change.field, "kind": change.kind, "old": change.old, "new": change.new}
+                    _say(console, f"{INDENT}  {field_text(data)}")
+            if diff.problem:
+                _say(console, f"{INDENT}[yellow]{escape(diff.problem)}[/]")
+            if diff.restarts:
+                downtime = (
+                    f"; expected downtime about {diff.last_ready_s:.0f} s (its last start took that to a first token)"
+                    if diff.last_ready_s is not None
+                    else "; expected downtime unknown (no start of this lane measured yet)"
+                )
+                _say(console, f"{INDENT}restarts {escape(', '.join(diff.restarts))}{downtime}")
         for i, step in enumerate(lp.steps, 1):
-            console.print(f"          {i}. {step.describe()}", highlight=False)
-    if result.plan.empty:
-        console.print("[green]nothing to do[/]")
+            _say(console, f"{INDENT}{i}. {escape(step.describe())}")
+    blocked = blocked_lanes(result)
+    unreachable = unreachable_hosts(result, only)
+    if unreachable:
+        _say(console, f"[yellow]unreachable:[/] {escape(', '.join(unreachable))}: what runs there is unknown")
+    if blocked:
+        _say(console, f"[yellow]blocked:[/] {len(blocked)} lane(s) cannot be reconciled now")
+    if result.plan.empty and (blocked or unreachable):
+        _say(console, "[yellow]no changes planned, but lanes cannot tell the fleet is in sync (see above)[/]")
+    elif result.plan.empty:
+        _say(console, "[green]nothing to do[/]")
 
 
 def print_status(rows: list[dict[str, Any]], console: Console) -> None:
-    table = Table(title="lanes", title_justify="left")
-    for col in ("lane", "desired", "health", "applied", "hosts", "ready in", "evidence", "last error or drift"):
-        table.add_column(col, overflow="fold")
     colors = {
         "healthy": "green",
         "progressing": "cyan",
@@ -99,26 +191,48 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
         "stopped": "dim",
         "blocked": "yellow",
     }
+    columns = [
+        Column("lane", "key"),
+        Column("desired"),
+        Column("health"),
+        Column("applied"),
+        Column("hosts"),
+        Column("ready in", "num"),
+        Column("evidence"),
+        Column("last error or drift", "text"),
+    ]
+    table = []
     for r in rows:
         ready = r["timings"].get("to_token")
-        table.add_row(
-            r["name"],
-            r["desired"],
-            f"[{colors.get(r['health'], '')}]{r['health']}[/]",
-            (r["commit"] or "")[:10],
-            ",".join(r["hosts"]),
-            f"{ready:.1f} s" if ready else "",
-            " ".join(v for k, v in r.get("evidence", {}).items() if k in {"pp", "tg"}),
-            (r["last_error"] or drift_text(r.get("drift")))[:160],
+        table.append(
+            [
+                r["name"],
+                r["desired"],
+                Text(r["health"], style=colors.get(r["health"], "")),
+                (r["commit"] or "")[:10],
+                ",".join(r["hosts"]),
+                f"{ready:.1f} s" if ready else "",
+                " ".join(v for k, v in r.get("evidence", {}).items() if k in {"pp", "tg"}),
+                r["last_error"] or drift_text(r.get("drift")),
+            ]
         )
-    console.print(table)
+    print_table(console, columns, table, title=Text("lanes", style="bold"))
 
 
 def make_runner(
-    db: Path, known_hosts: Path, key: Path, secrets_dir: Path | None, settings: CycleSettings | None = None
+    db: Path,
+    known_hosts: Path,
+    key: Path,
+    secrets_dir: Path | None,
+    settings: CycleSettings | None = None,
+    *,
+    as_json: bool = False,
 ) -> tuple[CycleRunner, Store, SSHTransport]:
     if not known_hosts.is_file():
-        fail(f"known_hosts file {known_hosts} not found: pin every host key first (no trust on first use)")
+        fail(
+            f"known_hosts file {known_hosts} not found: pin every host key first (no trust on first use)",
+            as_json=as_json,
+        )
     store = Store(db)
     transport = SSHTransport(known_hosts, [key])
     # The git-head mirrors `lanes upstream` keeps answer whether a build holds a known issue's fix.
@@ -133,11 +247,27 @@ def progress_printer(console: Console) -> Any:
     def show(event: ProgressEvent) -> None:
         mark = {"started": "…", "done": "✓", "failed": "✗"}.get(event.status, "·")
         console.print(
-            f"[dim]{time.monotonic() - t0:7.1f}s[/] {mark} [bold]{event.lane}[/] {event.step}: {event.detail}",
+            f"[dim]{time.monotonic() - t0:7.1f}s[/] {mark} [bold]{escape(event.lane)}[/] "
+            f"{escape(event.step)}: {escape(event.detail)}",
             highlight=False,
+            soft_wrap=True,
         )
 
     return show
+
+
+def check_lanes(loaded: LoadedCommit, lanes: list[str] | None, as_json: bool) -> frozenset[str] | None:
+    """--lane names, each a lane of the commit (or one its hosts may still run: a removed lane)."""
+    if not lanes:
+        return None
+    unknown = sorted(set(lanes) - set(loaded.desired.lanes))
+    if unknown:
+        known = ", ".join(sorted(loaded.desired.lanes)) or "none"
+        fail(f"no lane {', '.join(unknown)} at {loaded.commit[:12]} (known: {known})", as_json=as_json, field="--lane")
+    return frozenset(lanes)
+
+
+LaneOpt = Annotated[list[str] | None, typer.Option("--lane", metavar="NAME", help="only this lane (repeatable)")]
 
 
 @handle_errors
@@ -149,25 +279,54 @@ def plan_cmd(
     ssh_key: KeyOpt = DEFAULT_KEY,
     secrets_dir: SecretsOpt = None,
     as_json: JsonOpt = False,
-    exit_code: Annotated[bool, typer.Option("--exit-code", help="exit 1 when changes are pending")] = False,
+    lane: LaneOpt = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option(
+            "--exit-code",
+            "--detailed-exitcode",
+            help="exit 3 when changes are pending (0 none); a blocked lane or unreachable host exits 4 either way",
+        ),
+    ] = False,
 ) -> None:
-    """Show what apply would do: probe every host once, diff, print the steps."""
+    """Show what apply would do: probe every host once, diff (field by field), print the steps.
+
+    Exit 0 nothing to do (or changes, without --exit-code), 3 changes pending with --exit-code,
+    4 a host unreachable or a lane blocked (never "nothing to do"), 1 a lane denied or failing, 2 bad input.
+    """
     loaded = load_commit(repo, rev)
-    runner, store, transport = make_runner(db, known_hosts, ssh_key, secrets_dir)
+    only = check_lanes(loaded, lane, as_json)
+    runner, store, transport = make_runner(db, known_hosts, ssh_key, secrets_dir, as_json=as_json)
 
     async def go() -> CycleResult:
         try:
-            return await runner.run_cycle(loaded, apply=False, wait_backoff=False)
+            return await runner.run_cycle(loaded, apply=False, only_lanes=only, wait_backoff=False)
         finally:
             await transport.close()
 
-    result = asyncio.run(go())
-    store.close()
+    try:
+        result = asyncio.run(go())
+        diffs = lane_diffs(open_repo(repo), result, store)
+    finally:
+        store.close()
+    code = plan_exit(result, only, detailed=exit_code)
     if as_json:
-        print(json.dumps(plan_to_json(result), indent=2))
+        print(json.dumps(plan_to_json(result, diffs, only, code), indent=2, default=str))
     else:
-        print_plan(result, Console())
-    raise typer.Exit(EXIT_DENY if exit_code and not result.plan.empty else EXIT_OK)
+        print_plan(result, Console(), diffs, only)
+    raise typer.Exit(code)
+
+
+def apply_exit(result: CycleResult, only: frozenset[str] | None) -> int:
+    if any(r.result == Result.BLOCKED for r in result.results) or unreachable_hosts(result, only):
+        return exitcodes.BLOCKED
+    return exitcodes.OK if result.ok else exitcodes.FAILED
+
+
+NOT_ASKED = (
+    "apply changes the fleet and asks first; {why}: pass --yes (-y) to apply without asking, "
+    "or run `lanes plan` to see what it would do"
+)
 
 
 @handle_errors
@@ -178,45 +337,67 @@ def apply_cmd(
     known_hosts: KnownHostsOpt = DEFAULT_KNOWN_HOSTS,
     ssh_key: KeyOpt = DEFAULT_KEY,
     secrets_dir: SecretsOpt = None,
-    as_json: JsonOpt = False,
-    lane: Annotated[list[str] | None, typer.Option("--lane", help="apply only this lane (repeatable)")] = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask before applying")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print one JSON object (never asks: needs --yes to apply)")
+    ] = False,
+    lane: LaneOpt = None,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="apply without asking; needed without a terminal and with --json"),
+    ] = False,
 ) -> None:
-    """Converge the hosts toward a commit: ordered, health-gated, rolled back on failure."""
+    """Converge the hosts toward a commit: ordered, health-gated, rolled back on failure.
+
+    On a terminal it shows the plan and asks before changing anything. Without a terminal, or with
+    --json, it asks nobody: it refuses (exit 6) unless --yes. Exit 0 converged, 1 a lane failed or was
+    denied, 4 a host unreachable or a lane blocked, 6 not confirmed, 2 bad input.
+    """
+    if not yes and (as_json or not sys.stdin.isatty()):
+        why = "--json never asks" if as_json else "there is no terminal to ask on"
+        fail(NOT_ASKED.format(why=why), exitcodes.NOT_CONFIRMED, as_json=as_json)
     loaded = load_commit(repo, rev)
-    runner, store, transport = make_runner(db, known_hosts, ssh_key, secrets_dir)
-    only = frozenset(lane) if lane else None
+    only = check_lanes(loaded, lane, as_json)
+    runner, store, transport = make_runner(db, known_hosts, ssh_key, secrets_dir, as_json=as_json)
     console = Console(stderr=as_json)
 
-    async def go() -> CycleResult:
+    async def go() -> CycleResult | None:
         try:
-            if not yes and not as_json:
+            if not yes:
                 # A person confirms a plan first; the cycle then probes again, as time passed while they read.
                 preview = await runner.run_cycle(loaded, apply=False, only_lanes=only, wait_backoff=False)
                 if not preview.plan.empty:
-                    print_plan(preview, console)
-                    if not typer.confirm("apply these changes?"):
-                        raise typer.Exit(EXIT_OK)
+                    print_plan(preview, console, lane_diffs(open_repo(repo), preview, store), only)
+                    if not typer.confirm("apply these changes?", err=True):
+                        return None
             # With nothing to change the cycle still runs: it records denied and blocked lanes in the journal.
-            return await runner.run_cycle(loaded, only_lanes=only, progress=progress_printer(console),
-                                          wait_backoff=False)
+            return await runner.run_cycle(
+                loaded, only_lanes=only, progress=progress_printer(console), wait_backoff=False
+            )
         finally:
             await transport.close()
 
-    result = asyncio.run(go())
-    rows = status_rows(store, loaded.desired)
-    store.close()
+    try:
+        result = asyncio.run(go())
+        rows = status_rows(store, loaded.desired) if result is not None else []
+    finally:
+        store.close()
+    if result is None:
+        fail("not applied: nothing was changed", exitcodes.NOT_CONFIRMED)
+    code = apply_exit(result, only)
     if as_json:
-        print(
-            json.dumps(
-                {"commit": result.commit, "results": [r.__dict__ for r in result.results], "lanes": rows},
-                indent=2,
-                default=str,
-            )
-        )
+        out = {
+            "ok": code == exitcodes.OK,
+            "exit_code": code,
+            "commit": result.commit,
+            "results": [r.__dict__ for r in result.results],
+            "blocked": blocked_lanes(result),
+            "unreachable": unreachable_hosts(result, only),
+            "lanes": rows,
+        }
+        print(json.dumps(out, indent=2, default=str))
     else:
-        print_status(rows, console)
-    raise typer.Exit(EXIT_OK if result.ok else EXIT_DENY)
+        print_status(rows, Console())
+    raise typer.Exit(code)
 
 
 @handle_errors
@@ -232,7 +413,6 @@ def status_cmd(
     With --daemon, the running daemon's view instead of a local journal, and what keeps it from converging.
     """
     view = ask_daemon(daemon) if daemon else None
-    refused: dict[str, Any] | None = None  # the journal's newest decision, when it refused the head
     if view is not None and view.status is not None:
         rows: list[dict[str, Any]] = view.status["lanes"]
     else:
@@ -243,24 +423,16 @@ def status_cmd(
             desired = None
         store = Store(db)
         rows = status_rows(store, desired)
-        latest = store.latest_commit()
         store.close()
-        if latest is not None and latest["outcome"] in ("refused", "invalid"):
-            refused = {"commit": latest["sha"], "reason": latest["detail"].get("refused", ""), "time": latest["time"]}
     if as_json:
         out: dict[str, Any] = {"lanes": rows}
         if view is not None:
             out = {"daemon": view.as_json(), **out}
-        if refused is not None:
-            out["refused"] = refused
         print(json.dumps(out, indent=2, default=str))
     else:
         console = Console()
-        if refused is not None:
-            why = f"head {refused['commit'][:12]} refused: {refused['reason']}; the lanes keep what they run"
-            console.print(f"[red]{escape(why)}[/]", highlight=False, soft_wrap=True)
         for color, text in trouble_lines(view) if view is not None else []:
-            console.print(f"[{color}]{text}[/]", highlight=False, soft_wrap=True)
+            console.print(f"[{color}]{escape(text)}[/]", highlight=False, soft_wrap=True)
         print_status(rows, console)
     if view is not None and needs_attention(view):
         raise typer.Exit(EXIT_DENY)
@@ -268,10 +440,22 @@ def status_cmd(
 
 @handle_errors
 def retry_cmd(
-    lane: Annotated[str, typer.Argument(help="lane whose failed spec may be tried again")], db: DbOpt = DEFAULT_DB
+    lane: Annotated[str, typer.Argument(metavar="LANE", help="lane whose failed spec may be tried again")],
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Allow a lane's failed spec to be applied again on the next apply or cycle."""
+    """Allow a lane's failed spec to be applied again on the next apply or cycle (exit 2: no such lane)."""
+    if not db.is_file():
+        fail(f"no journal at {db}: nothing was ever applied with it (pass --db)", as_json=as_json, field="--db")
     store = Store(db)
-    cleared = store.clear_failed(lane)
-    store.close()
-    print(f"{lane}: failed mark cleared" if cleared else f"{lane}: no failed spec recorded")
+    try:
+        known = sorted(r.name for r in store.lanes())
+        if lane not in known:
+            fail(f"no lane '{lane}' in the journal {db} (known: {', '.join(known) or 'none'})", as_json=as_json)
+        cleared = store.clear_failed(lane)
+    finally:
+        store.close()
+    if as_json:
+        print(json.dumps({"ok": True, "lane": lane, "cleared": cleared}))
+    else:
+        print(f"{lane}: failed mark cleared" if cleared else f"{lane}: no failed spec recorded")

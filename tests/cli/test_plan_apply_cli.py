@@ -1,0 +1,116 @@
+"""`lanes plan` and `lanes apply` as an operator and a CI job run them, against simulated Sparks.
+
+What a drift check relies on: an unreachable fleet is never "nothing to do" (exit 4, with or without
+--exit-code, and --json lists the blocked lanes and hosts); pending changes exit 3 with --exit-code;
+the plan says which fields changed since the commit the containers run, which ranks restart and for
+how long. And apply never changes a host unasked: without a terminal, or with --json, it needs --yes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.cli.simfleet import HOSTS, QWEN, SMALL, sim_fleet
+from tests.support.sparks import loopback
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+async def test_an_unreachable_fleet_is_blocked_never_nothing_to_do(tmp_path: Path) -> None:
+    async with sim_fleet(tmp_path, loopback(61)) as fleet:
+        # Every host file names a loopback address and port where nothing listens.
+        args = fleet.connect()
+        files = fleet.files(addresses=dict.fromkeys(HOSTS, "127.0.0.1"))
+        files["state/fleet.yaml"] = files["state/fleet.yaml"].replace(
+            f"ssh_port: {fleet.env.fleet.targets['spark1'].port}".encode(), f"ssh_port: {_closed_port()}".encode()
+        )
+        fleet.commit(files, "hosts nobody answers on")
+
+        for extra in ([], ["--exit-code"]):
+            code, out, err = await fleet.lanes("plan", *args, *extra)
+            assert code == 4, (extra, out, err)
+            assert "nothing to do" not in out
+            assert "unreachable: spark1, spark2, spark3" in out
+            assert f"blocked {QWEN}: host(s) unreachable" in " ".join(out.split())
+        code, out, err = await fleet.lanes("plan", *args, "--json", "--exit-code")
+        assert code == 4, err
+        data = json.loads(out)
+        assert data["changes"] is False and data["ok"] is False and data["exit_code"] == 4
+        assert data["unreachable"] == ["spark1", "spark2", "spark3"]
+        assert sorted(b["name"] for b in data["blocked"]) == [QWEN, SMALL]
+        assert {b["cause"] for b in data["blocked"]} == {"unreachable"}
+        # --lane narrows what counts: a lane on spark2 only blocks on spark2.
+        code, out, _ = await fleet.lanes("plan", *args, "--json", "--lane", SMALL)
+        data = json.loads(out)
+        assert code == 4 and data["unreachable"] == ["spark2"] and [b["name"] for b in data["blocked"]] == [SMALL]
+
+
+async def test_plan_exit_codes_apply_asks_and_the_plan_shows_the_field_diff(tmp_path: Path) -> None:
+    async with sim_fleet(tmp_path, loopback(62)) as fleet:
+        args = fleet.connect()
+        code, out, err = await fleet.lanes("plan", *args)
+        assert code == 0, err
+        assert f"deploy  {QWEN}: not running: first deploy" in out
+        code, out, err = await fleet.lanes("plan", *args, "--exit-code")
+        assert code == 3, err
+        code, out, _ = await fleet.lanes("plan", *args, "--lane", "nope", "--json")
+        assert code == 2
+        error = json.loads(out)
+        assert error["ok"] is False and error["exit_code"] == 2
+        assert "no lane nope" in error["error"] and QWEN in error["error"] and SMALL in error["error"]
+
+        # apply without a terminal, or with --json, refuses without --yes: nothing is started.
+        for extra in ([], ["--json"]):
+            code, out, err = await fleet.lanes("apply", *args, *extra)
+            assert code == 6, (extra, out, err)
+        assert (
+            json.loads(out)
+            == {
+                "ok": False,
+                "error": json.loads(out)["error"],
+                "exit_code": 6,
+            }
+            and "--yes" in json.loads(out)["error"]
+        )
+        assert "--yes" in err or "--yes" in out
+        assert all(not fleet.env.fleet.runtime(h).containers for h in HOSTS)
+        code, _, _ = await fleet.lanes("plan", *args, "--exit-code")
+        assert code == 3
+
+        code, out, err = await fleet.lanes("apply", *args, "--yes", "--json")
+        assert code == 0, out + err
+        assert json.loads(out)["ok"] is True
+        code, out, err = await fleet.lanes("plan", *args, "--exit-code")
+        assert code == 0, out + err
+        assert "nothing to do" in out
+
+        # A commit lowers max_num_seqs: the plan names the field, the rank that restarts and the downtime.
+        code, out, err = await fleet.lanes("status", "--json", "--db", str(fleet.db), "--repo", str(fleet.repo))
+        assert code == 0, err
+        ready = next(r for r in json.loads(out)["lanes"] if r["name"] == QWEN)["timings"]["to_token"]
+        fleet.commit(fleet.files(seqs=6), "qwen-a: 6 sequences")
+        code, out, err = await fleet.lanes("plan", *args, "--exit-code")
+        assert code == 3, out + err
+        assert "max_num_seqs: 8 -> 6" in out
+        assert f"restarts rank 0 on spark1; expected downtime about {ready:.0f} s" in " ".join(out.split())
+        assert "runs spec" not in out  # the hashes gave way to the fields
+        code, out, err = await fleet.lanes("plan", *args, "--json", "--lane", QWEN)
+        assert code == 0, err
+        data = json.loads(out)
+        assert [lane["name"] for lane in data["lanes"]] == [QWEN]
+        diff = data["lanes"][0]["diff"]
+        assert diff["fields"] == [
+            {"file": f"state/lanes/{QWEN}.yaml", "field": "max_num_seqs", "kind": "changed", "old": 8, "new": 6}
+        ]
+        assert diff["restarts"] == ["rank 0 on spark1"] and diff["expected_downtime_s"] == ready
