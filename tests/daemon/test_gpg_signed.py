@@ -16,6 +16,7 @@ import pygit2
 import pytest
 
 from reconciler.source.signatures import verify_commit
+from tests.daemon.test_signed_evidence import decided_evidence
 from tests.source.test_signatures import gpg_sign, run, ssh_key
 from tests.support.example import EUGR, PRODUCTION, example_state, fast, fast_files, loaded
 from tests.support.sparks import loopback
@@ -120,15 +121,7 @@ async def test_gpg_signing_and_bench_work_together(tmp_path: Path, homes: tuple[
         await d.start()
         await w.deployed(start)
 
-        def evidence_head() -> str | None:
-            head = str(git.references["refs/heads/main"].target)
-            commit = git[head]
-            assert isinstance(commit, pygit2.Commit)
-            return head if "Evidence-For:" in commit.message and w.outcome(head) is not None else None
-
-        await wait_for(lambda: evidence_head() is not None, 120, "an evidence commit decided by the daemon")
-        head = evidence_head()
-        assert head is not None
+        head = await decided_evidence(w)
         assert w.outcome(head) == "applied", w.commit_outcome(head)
         check = verify_commit(git, head, mode="gpg", allowed_signers=allowed, evidence_signers=evidence_signers)
         assert check.ok and check.signer == "lanes-evidence" and check.evidence_only
