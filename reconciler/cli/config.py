@@ -11,13 +11,14 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from reconciler.cli.common import EXIT_OK, handle_errors
-from reconciler.daemon.config import DEFAULT_CONFIG, SYSTEMD_ENV, DaemonConfig, load_config
+from reconciler.cli.common import EXIT_INPUT, EXIT_OK, err_console, error_json, handle_errors
+from reconciler.daemon.config import DEFAULT_CONFIG, SYSTEMD_ENV, ConfigError, DaemonConfig, load_config
 from reconciler.daemon.http import is_loopback
 from reconciler.source.mirror import public_url
 
@@ -100,6 +101,37 @@ def _shown(cfg: DaemonConfig) -> dict[str, Any]:
     return dumped
 
 
+def _problems(exc: ConfigError, *, systemd: bool, as_json: bool) -> NoReturn:
+    """Every problem of the file (not the first alone), and --systemd where that is what is missing."""
+    unset = sorted({name for p in exc.problems for name in SYSTEMD_ENV if f"${name} is not set" in p.message})
+    hint = (
+        f"{', '.join('$' + n for n in unset)} {'is' if len(unset) == 1 else 'are'} set by systemd for the unit: "
+        "run `lanes config check --systemd` to check the file as the service reads it"
+        if unset and not systemd
+        else None
+    )
+    if as_json:
+        extra: dict[str, Any] = {"file": exc.file, "line": exc.line, "field": exc.field}
+        extra["problems"] = [
+            {"error": p.message, "file": p.file, "line": p.line, "field": p.field} for p in exc.problems
+        ]
+        if hint:
+            extra["hint"] = hint
+        print(json.dumps(error_json(exc.describe(), EXIT_INPUT, **extra)))
+    else:
+        count = len(exc.problems)
+        err_console.print(
+            f"[bold red]error:[/] {escape(str(exc.file))}: {count} problem{'s' if count > 1 else ''}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for p in exc.problems:
+            err_console.print(f"  {escape(p.describe())}", highlight=False, soft_wrap=True)
+        if hint:
+            err_console.print(f"[yellow]hint:[/] {escape(hint)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_INPUT)
+
+
 @handle_errors
 def config_check_cmd(
     config: ConfigOpt = DEFAULT_CONFIG,
@@ -113,11 +145,18 @@ def config_check_cmd(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Validate the daemon's settings and print them as the daemon would use them: exit 0 fine, 2 bad input."""
+    """Validate the daemon's settings and print them as the daemon would use them: exit 0 fine, 2 bad input.
+
+    Every problem of the file is listed (file:line: key: what is wrong); where a path uses a variable
+    only systemd sets ($STATE_DIRECTORY, ...), it suggests --systemd.
+    """
     env = dict(os.environ)
     if systemd:
         env.update(SYSTEMD_ENV)
-    cfg = load_config(config, env=env)
+    try:
+        cfg = load_config(config, env=env)
+    except ConfigError as exc:
+        _problems(exc, systemd=systemd, as_json=as_json)
     secrets = {name: _file_info(p) for name, p in cfg.secret_paths().items()}
     warnings = _warnings(cfg, secrets, env)
     if as_json:

@@ -185,7 +185,9 @@ def demo(
             loaded = load_commit(env.clone)
             if not as_json:
                 console.print(
-                    f"simulated Sparks: {', '.join(f'{n}={t.address}:{t.port}' for n, t in env.fleet.targets.items())}"
+                    f"simulated Sparks: {', '.join(f'{n}={t.address}:{t.port}' for n, t in env.fleet.targets.items())}",
+                    highlight=False,
+                    soft_wrap=True,
                 )
             first = await env.runner.run_cycle(loaded, progress=None if as_json else progress_printer(console))
             second = await env.runner.run_cycle(loaded, apply=False)
@@ -237,6 +239,8 @@ async def run_daemon_on(env: DemoEnv, console: Console, resync_s: float) -> None
         f"  git -C {env.clone} commit -am 'eugr: 4 sequences'\n"
         f"then: lanes status --daemon http://127.0.0.1:{http_port}\n",
         highlight=False,
+        soft_wrap=True,  # commands to paste stay on one line each, however narrow the terminal
+        markup=False,
     )
     env.store.close()
     await Daemon(config, config_path).run()

@@ -41,13 +41,13 @@ INTERRUPTED = 130
 """Ctrl-C."""
 
 TABLE: tuple[tuple[int, str, str], ...] = (
-    (OK, "ok", "done; plan --exit-code: no changes pending"),
-    (FAILED, "failed", "a policy deny, a lane that did not converge, a bench regression, a daemon in trouble"),
-    (BAD_INPUT, "bad input", "usage error, a file that does not load, an unknown lane, host or revision"),
+    (OK, "ok", "done; plan --exit-code: nothing pending"),
+    (FAILED, "failed", "a deny, a lane not converged, a bench regression"),
+    (BAD_INPUT, "bad input", "usage, a file that does not load, no such lane"),
     (CHANGES, "changes", "plan --exit-code: changes pending"),
-    (BLOCKED, "blocked", "a host unreachable or a lane blocked (lease, failed spec, retry pending)"),
-    (UNAVAILABLE, "unavailable", "bench's endpoint or every upstream source did not answer usably"),
-    (NOT_CONFIRMED, "not confirmed", "apply answered no, or no terminal (or --json) and no --yes"),
+    (BLOCKED, "blocked", "a host unreachable or a lane blocked"),
+    (UNAVAILABLE, "unavailable", "bench endpoint or every upstream source down"),
+    (NOT_CONFIRMED, "not confirmed", "apply not confirmed (no terminal: use --yes)"),
     (INTERRUPTED, "interrupted", "Ctrl-C"),
 )
 """(code, name, meaning): what `lanes --help` prints and the README's table repeats."""
@@ -56,11 +56,11 @@ TABLE: tuple[tuple[int, str, str], ...] = (
 def epilog() -> str:
     """The exit-code table for `lanes --help` (click keeps a paragraph marked with \\b unwrapped)."""
     lines = ["\b", "Exit codes (every command):"]
-    lines += [f"  {code:<3} {name:<13} {meaning}" for code, name, meaning in TABLE]
+    lines += [f"  {code:<4}{name:<15}{meaning}" for code, name, meaning in TABLE]
     lines += [
         "",
         "\b",
-        "With --json the result is one JSON object on stdout, errors too ({'ok': false, 'error': ...});",
-        "progress and warnings go to stderr.",
+        "With --json: one JSON object on stdout, errors too",
+        '({"ok": false, "error": ..., "exit_code": N}); progress and warnings on stderr.',
     ]
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Annotated
 
 import typer
@@ -11,6 +12,7 @@ from reconciler.cli import check as check_cmd
 from reconciler.cli import config as config_cmd
 from reconciler.cli import daemon as daemon_cmd
 from reconciler.cli import demo as demo_cmd
+from reconciler.cli import exitcodes
 from reconciler.cli import history as history_cmd
 from reconciler.cli import hosts as hosts_cmd
 from reconciler.cli import reconcile as reconcile_cmd
@@ -22,10 +24,20 @@ from reconciler.logsetup import configure, redact_stdio
 app = typer.Typer(
     name="lanes",
     help="GitOps reconciler for LLM inference lanes on DGX Spark (GB10) fleets.",
+    epilog=exitcodes.epilog(),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            print(f"lanes {metadata.version('spark-lanes')}")
+        except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+            print("lanes (not installed: no version)")
+        raise typer.Exit(exitcodes.OK)
 
 
 @app.callback()
@@ -34,6 +46,10 @@ def main(
         str,
         typer.Option("--log-level", envvar="LANES_LOG_LEVEL", help="debug, info, warning, error (logs go to stderr)"),
     ] = "warning",
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, metavar="", help="print the version and exit"),
+    ] = False,
 ) -> None:
     """GitOps reconciler for LLM inference lanes on DGX Spark (GB10) fleets."""
     configure(log_level)

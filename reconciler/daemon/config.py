@@ -569,16 +569,24 @@ def parse_config(
     try:
         return DaemonConfig.model_validate(raw, context=context)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = errors[0]
-        loc = tuple(first["loc"])
-        more = len(errors) - 1
-        message = describe_error(first, _fields_at(loc))
-        if more:
-            message += f" (and {more} more problem{'s' if more > 1 else ''})"
-        raise InputError(
-            message, file=str(file), line=line_of(text, loc), field=".".join(str(p) for p in loc) or None
-        ) from None
+        problems = []
+        for error in exc.errors(include_url=False):
+            loc = tuple(error["loc"])
+            field = ".".join(str(p) for p in loc) or None
+            problems.append(
+                InputError(describe_error(error, _fields_at(loc)), file=str(file), line=line_of(text, loc), field=field)
+            )
+        raise ConfigError(problems) from None
+
+
+class ConfigError(InputError):
+    """Every problem of a settings file (`lanes config check` lists them); the first one is the message."""
+
+    def __init__(self, problems: list[InputError]) -> None:
+        first, more = problems[0], len(problems) - 1
+        message = first.message + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
+        super().__init__(message, file=first.file, line=first.line, field=first.field)
+        self.problems = tuple(problems)
 
 
 def load_config(path: str | Path = DEFAULT_CONFIG, *, env: Mapping[str, str] | None = None) -> DaemonConfig:
