@@ -61,7 +61,7 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
     styles = ["red" if b.headroom < 0 else "" for b in verdict.budgets]
     print_table(console, columns, rows, title=f"Per-rank memory budget at {verdict.commit[:12]} (GiB)", styles=styles)
     if verdict.ports:
-        console.print("Ports each lane listens on (API, torch.distributed, Ray; checked for clashes per host):")
+        paragraph(console, "Ports each lane listens on (API, torch.distributed, Ray; checked for clashes per host):")
         for lane, ports in sorted(verdict.ports.items()):
             spans = ", ".join(f"{what} {span}" for what, span in ports.items())
             paragraph(console, escape(f"  {lane}: {spans}"))

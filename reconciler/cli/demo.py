@@ -232,18 +232,23 @@ async def run_daemon_on(env: DemoEnv, console: Console, resync_s: float) -> None
         f'[http]\nlisten = "127.0.0.1:{http_port}"\n{hosts}'
     )
     config = load_config(config_path)
-    lane = f"{env.clone}/state/lanes/eugr-nightly-dsv41-3x.yaml"
-    console.print(
-        f"\nThe daemon now watches {env.clone} (Ctrl-C stops it). Change a lane and commit, e.g.:\n"
-        f"  sed -i 's/max_num_seqs: 8/max_num_seqs: 4/' {lane}\n"
-        f"  git -C {env.clone} commit -am 'eugr: 4 sequences'\n"
-        f"then: lanes status --daemon http://127.0.0.1:{http_port}\n",
-        highlight=False,
-        soft_wrap=True,  # commands to paste stay on one line each, however narrow the terminal
-        markup=False,
-    )
+    print_paste_hint(console, env.clone, http_port)
     env.store.close()
     await Daemon(config, config_path).run()
+
+
+def print_paste_hint(console: Console, clone: Path, http_port: int) -> None:
+    """What to try next; the commands to paste stay on one line each, however narrow the terminal."""
+    lane = f"{clone}/state/lanes/eugr-nightly-dsv41-3x.yaml"
+    console.print(
+        f"\nThe daemon now watches {clone} (Ctrl-C stops it). Change a lane and commit, e.g.:\n"
+        f"  sed -i 's/max_num_seqs: 8/max_num_seqs: 4/' {lane}\n"
+        f"  git -C {clone} commit -am 'eugr: 4 sequences'\n"
+        f"then: lanes status --daemon http://127.0.0.1:{http_port}\n",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
 
 
 def _free_loopback_port() -> int:

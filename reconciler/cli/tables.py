@@ -212,5 +212,8 @@ def print_table(
 
 def paragraph(console: Console, markup: str | Text) -> None:
     """Free text outside a table: wrapped at word boundaries at the table width, one line in a pipe."""
+    text = Text.from_markup(markup) if isinstance(markup, str) else markup
     width = output_width(console.file)
-    console.print(markup, highlight=False, soft_wrap=width is None, width=width)
+    lines = [text] if width is None else _wrap(text, width, Console(width=width, color_system=None))
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
