@@ -1,15 +1,28 @@
-"""The per-rank memory budget: what one rank needs against what it may use.
+"""The per-rank memory budget: what one rank needs against what its engine gives it.
 
-This is the first thing lanes refuses a commit for, so it is spelled out as
-pure functions over the lane, the model file and the policy figures
-(DESIGN.md, "Policy semantics: the per-rank memory budget"):
+Pure functions over the lane, the model file, the policy figures and (when
+a probe saw them) the hosts' free memory. Each engine reads its memory flag
+its own way (engine_memory.py), so the figures are in that engine's terms:
 
-    weights  = ceil(weight_bytes / (tp x pp))
+    weights  = ceil(resident weight bytes / (tp x pp))
     kv_min   = KV of the rank's layers for max_model_len x min_sequences (kv.py)
-    overhead = overhead_gib[engine]                      (rules.yaml)
-    need     = weights + kv_min + overhead
-    budget   = gpu_memory_utilization x torch_visible    (hardware.yaml)
+    drafter  = speculative decoding: the drafter's weights (rules.yaml, per
+               method) + one attention layer of KV per draft layer
+    overhead = activations, CUDA graphs, runtime (rules.yaml, per engine and
+               model class)
+
+    vLLM   budget = ceil(gpu_memory_utilization x torch_visible)
+           need   = weights + kv_min + drafter + overhead
+           (--kv-cache-memory-bytes X: kv = X, budget = free at boot)
+    SGLang base   = free at boot, the minimum over the lane's hosts
+           budget = mem_fraction_static x base
+           need   = weights + kv_min + drafter
+           remainder = base - budget, which must hold the overhead
+           (--max-total-tokens T caps the pool at T tokens)
+
     headroom = budget - need
+    pool     = what the engine gives the KV cache: budget - everything else
+    context  = the longest max_model_len that pool holds (capped at the lane's)
 
 Ranks are the lane's hosts in order, tp ranks per pipeline stage (rank r is
 stage r // tp), as vLLM and SGLang number them. Expert parallelism moves
@@ -19,13 +32,23 @@ experts between ranks but not the bytes per rank, so `ep` does not appear.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from reconciler.policy.config import RuleSettings
+from reconciler.policy.engine_memory import (
+    SEMANTICS,
+    MemorySemantics,
+    Speculation,
+    arg_value,
+    human_int,
+    speculation,
+    utilization,
+)
 from reconciler.policy.enginekv import kv_settings
-from reconciler.policy.hardware import Capacity
-from reconciler.policy.kv import KVModel, KVParams
+from reconciler.policy.hardware import HARDWARE_PATH, Capacity
+from reconciler.policy.hostmem import BootFree, HostMemory, boot_free
+from reconciler.policy.kv import FULL, KVModel, KVParams
 from reconciler.policy.stages import pp_partition, stage_weights
 from reconciler.policy.verdict import GIB, RankBudget
 from reconciler.spec.lane import Lane
@@ -38,6 +61,7 @@ class BudgetParams:
     overhead_gib: dict[str, float]
     headroom_warn: int
     floor_args: tuple[str, ...]
+    drafter_gib: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_rule(cls, rule: RuleSettings) -> BudgetParams:
@@ -50,18 +74,47 @@ class BudgetParams:
             overhead_gib=dict(rule.numbers("overhead_gib")),
             headroom_warn=int(rule.number("headroom_warn_gib") * GIB),
             floor_args=rule.strings("floor_args"),
+            drafter_gib=dict(rule.numbers("drafter_gib")),
         )
+
+
+def model_classes(model: ModelSpec) -> tuple[str, ...]:
+    """The classes an overhead figure may be keyed on, most specific first."""
+    arch = model.architecture
+    out = []
+    if arch.linear_layers:
+        out.append("hybrid")
+    if arch.attention == "mla":
+        out.append("mla")
+    out.append("moe" if model.moe is not None else "dense")
+    return tuple(out)
+
+
+def overhead_bytes(params: BudgetParams, engine: str, model: ModelSpec) -> tuple[int, str]:
+    """(bytes, the key it came from): `<engine>.<class>` when rules.yaml has one, else `<engine>`."""
+    for cls in model_classes(model):
+        key = f"{engine}.{cls}"
+        if key in params.overhead_gib:
+            return int(params.overhead_gib[key] * GIB), key
+    return int(params.overhead_gib[engine] * GIB), engine
 
 
 @dataclass(frozen=True)
 class LaneBudget:
-    """A lane's rank budgets, with the KV model kept to explain a denial."""
+    """A lane's rank budgets, with what is needed to explain a denial."""
 
     lane: Lane
     model: ModelSpec
     kv: KVModel
     ranks: tuple[RankBudget, ...]
     floor_reasons: tuple[str, ...]
+    semantics: MemorySemantics
+    utilization: float
+    speculation: Speculation | None = None
+    kv_tokens_cap: int | None = None
+    """SGLang --max-total-tokens: the pool holds at most this many tokens."""
+    kv_bytes: int | None = None
+    """vLLM --kv-cache-memory-bytes: the KV cache is exactly this."""
 
     def stage_of(self, rank: int) -> int:
         return min(rank // self.lane.tp, self.lane.pp - 1)
@@ -71,15 +124,58 @@ def weights_per_rank(weight_bytes: int, tp: int, pp: int) -> int:
     return math.ceil(weight_bytes / (tp * pp))
 
 
-def floor_reasons(lane: Lane, floor_args: tuple[str, ...]) -> tuple[str, ...]:
-    """Engine arguments that add caches this estimate does not size."""
+def floor_reasons(lane: Lane, floor_args: tuple[str, ...], spec: Speculation | None, sized: bool) -> tuple[str, ...]:
+    """Engine arguments that add caches this estimate does not size (a drafter of unknown method)."""
+    if spec is not None and sized:
+        return ()
     return tuple(flag for flag in floor_args if any(arg == flag or arg.startswith(flag + "=") for arg in lane.args))
 
 
+def _explicit_kv(lane: Lane, sem: MemorySemantics) -> tuple[int | None, int | None, list[str]]:
+    notes: list[str] = []
+    kv_bytes = tokens = None
+    if sem.kv_bytes_flag is not None:
+        raw = arg_value(lane.args, sem.kv_bytes_flag)
+        if raw is not None:
+            kv_bytes = human_int(raw)
+            if kv_bytes is None:
+                notes.append(f"{sem.kv_bytes_flag} {raw!r} is not a byte count vLLM reads: ignored here")
+    if sem.kv_tokens_flag is not None:
+        raw = arg_value(lane.args, sem.kv_tokens_flag)
+        if raw is not None:
+            tokens = int(raw) if raw.strip().isdigit() else None
+            if tokens is None:
+                notes.append(f"{sem.kv_tokens_flag} {raw!r} is not a token count: ignored here")
+    return kv_bytes, tokens, notes
+
+
+def _drafter(params: BudgetParams, spec: Speculation | None, layer_kv: int) -> tuple[int, bool, str]:
+    """(bytes per rank, whether it is sized, a note) for the lane's speculative decoding."""
+    if spec is None:
+        return 0, True, ""
+    if spec.family not in params.drafter_gib:
+        return 0, False, f"speculative method {spec.method} ({spec.family}) has no drafter figure: not sized"
+    weights = int(params.drafter_gib[spec.family] * GIB)
+    kv = layer_kv if spec.family in ("mtp", "eagle") else 0
+    return (
+        weights + kv,
+        True,
+        f"drafter {spec.method} ({spec.family}): {weights / GIB:.1f} GiB (rules.yaml drafter_gib) + one "
+        f"attention layer of KV {kv / GIB:.2f} GiB",
+    )
+
+
 def lane_budget(
-    lane: Lane, model: ModelSpec, capacity_of: Callable[[str], Capacity | None], params: BudgetParams
+    lane: Lane,
+    model: ModelSpec,
+    capacity_of: Callable[[str], Capacity | None],
+    params: BudgetParams,
+    host_memory: Mapping[str, HostMemory] | None = None,
 ) -> LaneBudget:
     """Budgets of every rank whose host has a known hardware profile."""
+    observed = host_memory or {}
+    sem = SEMANTICS[lane.engine]
+    util = utilization(lane.args, sem, lane.gpu_memory_utilization)
     partition = pp_partition(model.architecture.layers, lane.pp, lane.engine, lane.env)
     kv = KVModel(
         model.architecture,
@@ -91,66 +187,133 @@ def lane_budget(
         settings=kv_settings(lane, model.architecture),
         partition=partition.sizes,
     )
-    placed = stage_weights(model, partition)
+    # Weights per stage as the engine cuts them (stages.py): uneven layers, embedding first, LM head last.
+    placed = stage_weights(model, partition, lane.offloaded_weight_bytes)
     kv.notes.extend(note for note in (partition.note, *placed.notes) if note)
     weights = placed.per_rank(0, lane.tp)
-    overhead = int(params.overhead_gib[lane.engine] * GIB)
-    reasons = floor_reasons(lane, params.floor_args)
-    notes = list(kv.notes)
-    if reasons:
-        notes.append(f"floor: {', '.join(reasons)} add draft caches that are not sized")
+    overhead, overhead_key = overhead_bytes(params, lane.engine, model)
+    spec = speculation(lane.engine, lane.args)
+    kv_bytes, kv_tokens, notes = _explicit_kv(lane, sem)
+    notes = [*kv.notes, *notes, f"overhead {overhead / GIB:g} GiB: rules.yaml overhead_gib.{overhead_key}"]
+    if lane.offloaded_weight_bytes:
+        notes.append(f"{lane.offloaded_weight_bytes / GIB:.1f} GiB of weights stay off the GPU (the lane says so)")
+    hosts = [(rank, host, capacity_of(host)) for rank, host in enumerate(lane.hosts)]
+    known = [(rank, host, cap) for rank, host, cap in hosts if cap is not None]
+    boots = {host: boot_free(host, cap, observed) for _, host, cap in known}
+    # SGLang takes the minimum free memory over all ranks (get_available_gpu_memory(distributed=True)).
+    lane_min = min(boots.values(), key=lambda b: b.bytes) if boots else None
+    layer_kv = sum(kv.layer_parts(FULL, lane.max_model_len).values())
+    drafter, sized, drafter_note = _drafter(params, spec, layer_kv)
     stage_kv = {}
     ranks = []
-    for rank, host in enumerate(lane.hosts):
-        capacity = capacity_of(host)
-        if capacity is None:
-            continue
+    for rank, host, capacity in known:
         stage = min(rank // lane.tp, lane.pp - 1)
         weights = placed.per_rank(stage, lane.tp)
         if stage not in stage_kv:
             stage_kv[stage] = kv.stage(stage, lane.max_model_len)
         estimate = stage_kv[stage]
-        need = weights + estimate.total + overhead
-        budget = capacity.budget(lane.gpu_memory_utilization)
+        boot = boots[host]
+        rank_notes = [*notes, drafter_note] if drafter_note else list(notes)
+        figures = _engine_figures(sem, util, capacity, boot, lane_min, kv_bytes)
+        kv_figure = kv_bytes if kv_bytes is not None else estimate.total
+        inside = overhead if sem.covers_overhead else 0
+        need = weights + kv_figure + drafter + inside
+        pool = kv_bytes if kv_bytes is not None else figures.budget - weights - drafter - inside
+        context = _context(kv, stage, pool, kv_tokens, lane.max_model_len)
         ranks.append(
             RankBudget(
                 lane=lane.name,
                 rank=rank,
                 host=host,
                 weights=weights,
-                kv_min=estimate.total,
+                kv_min=kv_figure,
                 overhead=overhead,
                 need=need,
-                budget=budget,
-                headroom=budget - need,
-                floor=bool(reasons),
-                notes=tuple(notes),
+                budget=figures.budget,
+                headroom=figures.budget - need,
+                floor=not sized,
+                notes=tuple(rank_notes),
                 running=lane.running,
-                utilization=lane.gpu_memory_utilization,
+                utilization=util,
                 capacity=capacity.torch_visible,
-                kv_parts=dict(estimate.parts),
+                kv_parts=dict(estimate.parts) if kv_bytes is None else {"explicit": kv_bytes},
+                engine=lane.engine,
+                flag=figures.flag,
+                base=figures.base,
+                base_bytes=figures.base_bytes,
+                base_origin=figures.base_origin,
+                base_source=figures.base_source,
+                boot_free=boot.bytes,
+                boot_free_origin=boot.origin,
+                boot_free_source=boot.source,
+                overhead_inside=sem.covers_overhead,
+                remainder=0 if sem.covers_overhead else figures.base_bytes - figures.budget,
+                drafter=drafter,
+                kv_source=_kv_source(sem, kv_bytes, kv_tokens),
+                pool=max(pool, 0),
+                context=context,
             )
         )
-    return LaneBudget(lane=lane, model=model, kv=kv, ranks=tuple(ranks), floor_reasons=reasons)
-
-
-def fix_hint(plan: LaneBudget, rank: RankBudget, boot_cap: float) -> tuple[str, int, float]:
-    """What would make a denied rank fit: (sentence, longest fitting max_model_len, utilization needed)."""
-    lane = plan.lane
-    needed_util = math.ceil(rank.need / rank.capacity * 100) / 100 if rank.capacity else 0.0
-    fits = plan.kv.longest_fitting(
-        plan.stage_of(rank.rank), rank.budget - rank.weights - rank.overhead, lane.max_model_len
+    return LaneBudget(
+        lane=lane,
+        model=model,
+        kv=kv,
+        ranks=tuple(ranks),
+        floor_reasons=floor_reasons(lane, params.floor_args, spec, sized),
+        semantics=sem,
+        utilization=util,
+        speculation=spec,
+        kv_tokens_cap=kv_tokens,
+        kv_bytes=kv_bytes,
     )
-    options = []
-    if fits >= 1:
-        options.append(f"lower max_model_len to {fits} or less")
-    else:
-        options.append(
-            f"weights and overhead alone need {(rank.weights + rank.overhead) / GIB:.1f} GiB, so spread the "
-            "weights over more ranks"
-        )
-    options.append("raise tp or pp")
-    if needed_util <= boot_cap:
-        options.append(f"raise gpu_memory_utilization to {needed_util:.2f}")
-    text = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else options[0]
-    return text, fits, needed_util
+
+
+@dataclass(frozen=True)
+class _Figures:
+    budget: int
+    flag: str
+    base: str
+    base_bytes: int
+    base_origin: str
+    base_source: str
+
+
+def _engine_figures(
+    sem: MemorySemantics,
+    util: float,
+    capacity: Capacity,
+    boot: BootFree,
+    lane_min: BootFree | None,
+    kv_bytes: int | None,
+) -> _Figures:
+    if kv_bytes is not None:
+        # vLLM: the fraction no longer bounds what it allocates; what is free at start does.
+        return _Figures(boot.bytes, sem.kv_bytes_flag or sem.flag, "boot_free", boot.bytes, boot.origin, boot.source)
+    if sem.fraction_of == "boot_free":
+        base = lane_min or boot
+        return _Figures(int(util * base.bytes), sem.flag, "boot_free", base.bytes, base.origin, base.source)
+    # vllm/v1/worker/utils.py request_memory: math.ceil(total_memory x gpu_memory_utilization).
+    return _Figures(
+        math.ceil(util * capacity.torch_visible),
+        sem.flag,
+        "torch_visible",
+        capacity.torch_visible,
+        "profile",
+        f"{HARDWARE_PATH} {capacity.profile}.torch_visible ({capacity.torch_visible / GIB:.1f} GiB)",
+    )
+
+
+def _kv_source(sem: MemorySemantics, kv_bytes: int | None, kv_tokens: int | None) -> str:
+    if kv_bytes is not None and sem.kv_bytes_flag:
+        return sem.kv_bytes_flag
+    if kv_tokens is not None and sem.kv_tokens_flag:
+        return sem.kv_tokens_flag
+    return "max_model_len"
+
+
+def _context(kv: KVModel, stage: int, pool: int, tokens_cap: int | None, max_model_len: int) -> int:
+    """The longest max_model_len (min_sequences of them) the pool holds, capped at the lane's own."""
+    fits = kv.longest_fitting(stage, pool, max_model_len) if pool > 0 else 0
+    if tokens_cap is not None:
+        fits = min(fits, tokens_cap // kv.seqs)
+    return fits

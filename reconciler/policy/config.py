@@ -40,6 +40,8 @@ MEMORY_BUDGET_PARAMS: dict[str, ParamSpec] = {
     "mla_slot_bytes": ParamSpec("number_map"),
     "mla_slot_source": ParamSpec("str", required=False, default=""),
     "floor_args": ParamSpec("str_list", required=False, default=[]),
+    "drafter_gib": ParamSpec("number_map", required=False, default={}),
+    "drafter_source": ParamSpec("str", required=False, default=""),
 }
 
 RULE_PARAMS: dict[str, dict[str, ParamSpec]] = {
@@ -64,6 +66,10 @@ RULE_PARAMS: dict[str, dict[str, ParamSpec]] = {
 
 SHARING_CAPACITIES = ("max_boot_utilization", "boot_free", "torch_visible")
 MLA_LAYOUTS = ("fp8_ds_mla", "nvfp4_ds_mla")
+MODEL_CLASSES = ("dense", "moe", "mla", "hybrid")
+"""Classes an overhead figure may be keyed on (`vllm.moe`): see budget.model_classes."""
+DRAFTER_FAMILIES = ("mtp", "eagle", "draft_model", "ngram")
+"""Speculative decoding families a drafter figure may be given for (engine_memory.speculation)."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,23 @@ def _check_values(settings: RuleSettings, path: str) -> None:
         _covers(settings, "overhead_gib", get_args(EngineKind), path, allow_zero=True)
         _covers(settings, "kv_dtype_bytes", get_args(KVCacheDtype), path, allow_zero=False)
         _covers(settings, "mla_slot_bytes", MLA_LAYOUTS, path, allow_zero=False)
+        engines = get_args(EngineKind)
+        for key in settings.numbers("overhead_gib"):
+            engine, _, cls = key.partition(".")
+            if engine not in engines or (cls and cls not in MODEL_CLASSES):
+                raise InputError(
+                    f"'{key}' is neither an engine ({', '.join(engines)}) nor <engine>.<class> with a class of "
+                    f"{', '.join(MODEL_CLASSES)}",
+                    file=path,
+                    field=f"rules.{name}.params.overhead_gib.{key}",
+                )
+        for key, value in settings.numbers("drafter_gib").items():
+            if key not in DRAFTER_FAMILIES or value < 0:
+                raise InputError(
+                    f"'{key}' must be one of {', '.join(DRAFTER_FAMILIES)} with a figure of 0 or more",
+                    file=path,
+                    field=f"rules.{name}.params.drafter_gib.{key}",
+                )
         if settings.number("headroom_warn_gib") < 0:
             raise InputError("must not be negative", file=path, field=f"rules.{name}.params.headroom_warn_gib")
         if settings.integer("min_sequences") < 1:

@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from reconciler.policy.ancestry import FixAncestry
+from reconciler.policy.budget import LaneBudget
 from reconciler.policy.config import RuleSettings, Settings
 from reconciler.policy.hardware import Capacity
+from reconciler.policy.hostmem import BootFree, HostMemory, boot_free
 from reconciler.policy.verdict import DetailValue, Severity, Violation
 from reconciler.spec.fleet import Host
 from reconciler.spec.lane import Lane
@@ -31,7 +33,11 @@ class Context:
     known_issues: KnownIssuesFile
     fix_ancestry: FixAncestry = field(default_factory=dict)
     """Answers to the known-issues rule's ancestry questions, from whoever keeps git mirrors (may be none)."""
+    host_memory: Mapping[str, HostMemory] = field(default_factory=dict)
+    """MemAvailable per host from a probe, when the caller has one (the daemon's cycle); else profiles only."""
     running_by_host: dict[str, list[Lane]] = field(default_factory=dict)
+    plans: Mapping[str, LaneBudget] = field(default_factory=dict)
+    """Each lane's per-rank figures (budget.py), once computed: the memory rules read them."""
     violations: list[Violation] = field(default_factory=list)
 
     @classmethod
@@ -42,6 +48,7 @@ class Context:
         capacities: Mapping[str, Capacity],
         issues: KnownIssuesFile,
         fix_ancestry: FixAncestry | None = None,
+        host_memory: Mapping[str, HostMemory] | None = None,
     ) -> Context:
         ctx = cls(
             desired=desired,
@@ -49,6 +56,7 @@ class Context:
             capacities=capacities,
             known_issues=issues,
             fix_ancestry=fix_ancestry or {},
+            host_memory=host_memory or {},
         )
         for lane in desired.lanes.values():
             if lane.running:
@@ -64,6 +72,13 @@ class Context:
         if host is None:
             return None
         return self.capacities.get(host.hardware)
+
+    def boot_free(self, host_name: str) -> BootFree | None:
+        """Free memory a boot on this host would see: observed when a probe saw the host idle, else its profile."""
+        capacity = self.capacity(host_name)
+        if capacity is None:
+            return None
+        return boot_free(host_name, capacity, self.host_memory)
 
     def report(
         self,

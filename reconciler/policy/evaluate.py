@@ -10,7 +10,7 @@ gives the same verdict. Pure: no I/O, no clock, no globals.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from reconciler.engines.ports import listening
 from reconciler.policy.ancestry import FixAncestry
@@ -18,6 +18,7 @@ from reconciler.policy.budget import BudgetParams, LaneBudget, lane_budget
 from reconciler.policy.config import RULE_PARAMS, RuleSettings, Settings, parse_rules
 from reconciler.policy.context import Context
 from reconciler.policy.hardware import capacities
+from reconciler.policy.hostmem import HostMemory
 from reconciler.policy.rules.flags import RULE as FLAGS_RULE
 from reconciler.policy.rules.flags import check_engine_flags
 from reconciler.policy.rules.known_issues import check_known_issues
@@ -53,8 +54,7 @@ specs), in the order they run."""
 assert set(RULES) | {"memory-budget", FLAGS_RULE} == set(RULE_PARAMS)
 
 RULE_ORDER = {
-    name: index
-    for index, name in enumerate([RENDER_RULE, FLAGS_RULE, "memory-budget", *RULES, "policy-config"])
+    name: index for index, name in enumerate([RENDER_RULE, FLAGS_RULE, "memory-budget", *RULES, "policy-config"])
 }
 
 
@@ -68,7 +68,7 @@ def _plans(ctx: Context, settings: Settings) -> dict[str, LaneBudget]:
         model = ctx.desired.models.get(lane.model)
         if model is None:
             continue
-        plans[lane.name] = lane_budget(lane, model, ctx.capacity, params)
+        plans[lane.name] = lane_budget(lane, model, ctx.capacity, params, ctx.host_memory)
     return plans
 
 
@@ -82,14 +82,24 @@ def _sort_key(v: Violation) -> tuple[str, int, str, int, str]:
     )
 
 
-def evaluate(desired: DesiredState, policies: PolicySet, *, fix_ancestry: FixAncestry | None = None) -> Verdict:
+def evaluate(
+    desired: DesiredState,
+    policies: PolicySet,
+    *,
+    fix_ancestry: FixAncestry | None = None,
+    host_memory: Mapping[str, HostMemory] | None = None,
+) -> Verdict:
     """Check one commit's desired state against the policy set.
 
     `fix_ancestry` answers the known-issues rule's questions about git builds (`ancestry.fix_questions`);
     without it those builds are judged by version alone, and their findings say ancestry was not checked.
+    `host_memory` is what a probe read of the hosts' MemAvailable (`hostmem.from_observation`); without it
+    free memory at boot comes from the hardware profiles, and every figure says which it used.
     """
     settings = parse_rules(policies.rules)
-    ctx = Context.build(desired, settings, capacities(policies.hardware), policies.known_issues, fix_ancestry)
+    ctx = Context.build(
+        desired, settings, capacities(policies.hardware), policies.known_issues, fix_ancestry, host_memory
+    )
     plans = _plans(ctx, settings)
     for name in settings.missing:
         ctx.violations.append(
@@ -114,6 +124,7 @@ def evaluate(desired: DesiredState, policies: PolicySet, *, fix_ancestry: FixAnc
     memory = settings.get("memory-budget")
     if memory is not None:
         check_memory_budget(ctx, memory, plans)
+    ctx.plans = plans  # boot-utilization and host-sharing read each lane's figures in its engine's terms
     for name, rule in RULES.items():
         configured = settings.get(name)
         if configured is not None:

@@ -49,7 +49,13 @@ class Violation:
 
 @dataclass(frozen=True)
 class RankBudget:
-    """The memory arithmetic of one rank of one lane, in bytes."""
+    """The memory arithmetic of one rank of one lane, in bytes, in its engine's own terms.
+
+    `budget` is what the engine's memory flag gives and `need` what must fit in it: for vLLM
+    (--gpu-memory-utilization, a fraction of total memory) weights + KV + drafter + overhead; for SGLang
+    (--mem-fraction-static, a fraction of the free memory at boot) weights + KV + drafter, the overhead
+    living in `remainder`, the part of the boot figure outside the fraction.
+    """
 
     lane: str
     rank: int
@@ -65,9 +71,33 @@ class RankBudget:
     running: bool = True
     utilization: float = 0.0
     capacity: int = 0
-    """torch-visible bytes of the host's hardware profile (the budget's base)."""
+    """torch-visible bytes of the host's hardware profile."""
     kv_parts: Mapping[str, int] = field(default_factory=dict)
     """kv_min split by cache: full, compressed, sliding, indexer, linear."""
+    engine: str = "vllm"
+    flag: str = "--gpu-memory-utilization"
+    """The engine's own name for what sets the budget."""
+    base: str = "torch_visible"
+    """What the budget is a fraction of (torch_visible, boot_free), or boot_free for an explicit KV size."""
+    base_bytes: int = 0
+    base_origin: str = "profile"
+    """observed (a probe's MemAvailable) or profile (policies/hardware.yaml)."""
+    base_source: str = ""
+    boot_free: int = 0
+    """Free memory a boot on this host would see (the engines' start check compares with it)."""
+    boot_free_origin: str = "profile"
+    boot_free_source: str = ""
+    overhead_inside: bool = True
+    remainder: int = 0
+    """Bytes of the boot figure outside the budget (SGLang: activations and CUDA graphs live there)."""
+    drafter: int = 0
+    """Speculative decoding's drafter on this rank: its weights and its KV layers."""
+    kv_source: str = "max_model_len"
+    """What sizes the KV figure: max_model_len x min_sequences, or the flag that fixes the pool."""
+    pool: int = 0
+    """KV bytes the engine would allocate: the budget left after everything else, or the explicit size."""
+    context: int = 0
+    """Tokens per sequence that pool holds, up to max_model_len (min_sequences of them)."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -75,20 +105,49 @@ class RankBudget:
             "rank": self.rank,
             "host": self.host,
             "running": self.running,
+            "engine": self.engine,
+            "flag": self.flag,
+            "utilization": self.utilization,
             "weights": self.weights,
             "kv_min": self.kv_min,
+            "kv_source": self.kv_source,
+            "kv_parts": dict(self.kv_parts),
+            "drafter": self.drafter,
             "overhead": self.overhead,
+            "overhead_inside_budget": self.overhead_inside,
             "need": self.need,
             "budget": self.budget,
             "headroom": self.headroom,
-            "utilization": self.utilization,
+            "remainder": self.remainder,
+            "pool": self.pool,
+            "context": self.context,
+            "base": {
+                "kind": self.base,
+                "bytes": self.base_bytes,
+                "origin": self.base_origin,
+                "source": self.base_source,
+            },
+            "boot_free": {
+                "bytes": self.boot_free,
+                "origin": self.boot_free_origin,
+                "source": self.boot_free_source,
+            },
             "capacity": self.capacity,
             "floor": self.floor,
             "notes": list(self.notes),
-            "kv_parts": dict(self.kv_parts),
-            "need_gib": gib(self.need),
-            "budget_gib": gib(self.budget),
-            "headroom_gib": gib(self.headroom),
+            "gib": {
+                "weights": gib(self.weights),
+                "kv_min": gib(self.kv_min),
+                "drafter": gib(self.drafter),
+                "overhead": gib(self.overhead),
+                "need": gib(self.need),
+                "budget": gib(self.budget),
+                "headroom": gib(self.headroom),
+                "remainder": gib(self.remainder),
+                "pool": gib(self.pool),
+                "base": gib(self.base_bytes),
+                "boot_free": gib(self.boot_free),
+            },
         }
 
 
@@ -118,13 +177,15 @@ class Verdict:
     def lane_budgets(self, lane: str) -> list[RankBudget]:
         return [b for b in self.budgets if b.lane == lane]
 
-    def to_json(self, *, include_budgets: bool = False) -> dict[str, object]:
-        out: dict[str, object] = {
+    def to_json(self) -> dict[str, object]:
+        """The `lanes check --json` payload: findings, ports, and every lane's per-rank figures, fit or not."""
+        lanes: dict[str, list[dict[str, object]]] = {}
+        for b in self.budgets:
+            lanes.setdefault(b.lane, []).append(b.to_json())
+        return {
             "commit": self.commit,
             "ok": self.ok,
             "violations": [v.to_json() for v in self.violations],
             "ports": {lane: dict(ports) for lane, ports in sorted(self.ports.items())},
+            "budgets": {lane: {"ranks": ranks} for lane, ranks in sorted(lanes.items())},
         }
-        if include_budgets:
-            out["budgets"] = [b.to_json() for b in self.budgets]
-        return out

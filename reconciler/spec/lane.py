@@ -97,7 +97,18 @@ class Lane(StrictModel):
     max_model_len: int = Field(ge=1)
     max_num_seqs: int = Field(default=8, ge=1)
     kv_cache_dtype: KVCacheDtype = "auto"
-    gpu_memory_utilization: float = Field(gt=0, le=1)
+    gpu_memory_utilization: float = Field(
+        gt=0,
+        le=1,
+        description="rendered as the engine's own flag: vLLM --gpu-memory-utilization (a fraction of total "
+        "memory), SGLang --mem-fraction-static (a fraction of the free memory at boot)",
+    )
+    offloaded_weight_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="bytes of the model's weights this lane's engine keeps off the GPU (e.g. MoE experts a fork "
+        "streams from NVMe): declared here, never guessed; the rest is split over tp x pp",
+    )
     port: int = Field(default=8000, ge=1, le=65535)
     args: tuple[str, ...] = Field(default=(), description="extra engine arguments, passed as argv items")
     env: dict[str, str] = Field(default_factory=dict)
@@ -110,6 +121,16 @@ class Lane(StrictModel):
     )
     upstream: str | None = Field(default=None, description="source in upstreams.yaml this lane's engine follows")
     track: Track | None = None
+    suspended: bool = Field(
+        default=False,
+        description="hands off: lanes leaves what runs as it is (no apply, no drift repair, no rollback) and says "
+        "so; set it back to false (or remove it) and the lane converges again",
+    )
+    change_window: Name | None = Field(
+        default=None,
+        description="a window in policies/windows.yaml: a change that restarts this running lane waits for it "
+        "(besides any window that selects the lane by name or host label)",
+    )
 
     @field_validator("env")
     @classmethod

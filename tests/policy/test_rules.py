@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +38,8 @@ def two_lanes(util_a: float = 0.4, util_b: float = 0.4, port_b: int = 8001, **b_
 
 
 def test_two_lanes_that_fit_together_share_a_host() -> None:
-    # 0.40 + 0.40 = 0.80 of 121.7 GiB, under the 0.85 boot cap.
+    # vLLM lanes take their whole budget: ceil(0.40 x 121.7 GiB) twice = 97.4 GiB, under the 101.5 GiB free at
+    # boot (the gb10 profile's boot_free, the rule's capacity).
     assert run(two_lanes(0.4, 0.4), "host-sharing") == []
 
 
@@ -48,8 +50,10 @@ def test_two_lanes_that_do_not_fit_together_are_denied_naming_each_other() -> No
     assert "running lane b" in by_lane["a"].message
     assert "running lane a" in by_lane["b"].message
     detail = by_lane["a"].detail
-    assert detail["sum_budgets"] == 2 * int(0.5 * int(121.7 * (1 << 30)))
-    assert detail["limit"] == int(0.85 * int(121.7 * (1 << 30)))
+    # vLLM's request is math.ceil(total x utilization) (vllm/v1/worker/utils.py request_memory), per lane.
+    assert detail["sum_takes"] == 2 * math.ceil(0.5 * int(121.7 * (1 << 30)))
+    assert detail["limit"] == int(101.5 * (1 << 30))  # gb10 boot_free: no probe in a unit test
+    assert detail["limit_basis"] == "boot_free"
     assert detail["other_lanes"] == "b"
 
 

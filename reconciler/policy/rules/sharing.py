@@ -8,6 +8,7 @@ shared Sparks make one finding per lane, not four.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -15,7 +16,8 @@ from reconciler.engines.ports import listening
 from reconciler.errors import InputError
 from reconciler.policy.config import RuleSettings
 from reconciler.policy.context import Context
-from reconciler.policy.hardware import Capacity
+from reconciler.policy.engine_memory import SEMANTICS, utilization
+from reconciler.policy.hardware import HARDWARE_PATH, Capacity
 from reconciler.policy.verdict import GIB, DetailValue, gib
 from reconciler.spec.lane import Lane
 
@@ -55,52 +57,105 @@ def _emit(ctx: Context, rule: RuleSettings, clashes: list[_Clash], sentence: Cal
         )
 
 
-def _limit(capacity: Capacity, basis: str) -> int:
+def _limit(capacity: Capacity, basis: str, free: int) -> int:
     if basis == "boot_free":
-        return capacity.boot_free
+        return free
     if basis == "torch_visible":
         return capacity.torch_visible
     return capacity.boot_cap
 
 
+@dataclass(frozen=True)
+class _Take:
+    """What one lane holds on a host, in its engine's terms."""
+
+    lane: Lane
+    bytes: int
+    words: str
+    fraction_of_free: float | None = None
+    """SGLang: the fraction it takes of whatever is free when it starts."""
+    outside: int = 0
+    """SGLang: the overhead it keeps outside that fraction."""
+    need: int = 0
+    """SGLang: weights + KV + drafter it must get from the fraction."""
+
+
+def _take(ctx: Context, lane: Lane, host: str, capacity: Capacity) -> _Take:
+    sem = SEMANTICS[lane.engine]
+    util = utilization(lane.args, sem, lane.gpu_memory_utilization)
+    plan = ctx.plans.get(lane.name)
+    rank = next((r for r in plan.ranks if r.host == host), None) if plan is not None else None
+    if sem.fraction_of == "boot_free":
+        # SGLang sizes its static pool from what is free when it starts; its least is what it needs.
+        need = rank.need if rank is not None else 0
+        outside = rank.overhead if rank is not None else 0
+        return _Take(lane, need + outside, f"{lane.name} {(need + outside) / GIB:.1f} (needs)", util, outside, need)
+    if rank is not None and rank.base == "boot_free":  # vLLM --kv-cache-memory-bytes: weights + that KV + overhead
+        return _Take(lane, rank.need, f"{lane.name} {rank.need / GIB:.1f} ({rank.flag})")
+    asked = math.ceil(util * capacity.torch_visible)
+    return _Take(lane, asked, f"{lane.name} {asked / GIB:.1f} ({sem.flag} {util:.2f})")
+
+
 def check_host_sharing(ctx: Context, rule: RuleSettings) -> None:
+    """Two running lanes on a host, summed in each engine's terms.
+
+    A vLLM lane takes its whole budget (ceil(gpu_memory_utilization x total): the KV cache fills it), or
+    weights + KV + overhead with --kv-cache-memory-bytes. An SGLang lane takes --mem-fraction-static of
+    whatever is free when it starts, so it counts at what it needs, and the lanes must fit in either start
+    order: started first it takes that fraction of all the free memory and leaves the rest to the others.
+    """
     basis = rule.text("capacity")
     groups: list[tuple[str, list[Lane], dict[str, DetailValue]]] = []
     for host, lanes in ctx.running_by_host.items():
         if len(lanes) < 2:
             continue
-        capacity = ctx.capacity(host)
-        if capacity is None:
+        capacity, boot = ctx.capacity(host), ctx.boot_free(host)
+        if capacity is None or boot is None:
             continue
-        budgets = {lane.name: capacity.budget(lane.gpu_memory_utilization) for lane in lanes}
-        total = sum(budgets.values())
-        limit = _limit(capacity, basis)
-        if total <= limit:
+        limit = _limit(capacity, basis, boot.bytes)
+        takes = [_take(ctx, lane, host, capacity) for lane in sorted(lanes, key=lambda ln: ln.name)]
+        total = sum(t.bytes for t in takes)
+        why = ""
+        if total > limit:
+            why = (
+                f"{' + '.join(t.words for t in takes)} = {total / GIB:.1f} GiB, over the {limit / GIB:.1f} GiB a "
+                f"host can give ({basis}: {boot.source if basis == 'boot_free' else capacity.profile})"
+            )
+        else:
+            for first in takes:
+                if first.fraction_of_free is None:
+                    continue
+                grabbed = int(first.fraction_of_free * limit) + first.outside
+                others = total - first.bytes
+                if grabbed + others > limit:
+                    why = (
+                        f"started first, SGLang lane {first.lane.name} takes --mem-fraction-static "
+                        f"{first.fraction_of_free:.2f} of the {limit / GIB:.1f} GiB free plus "
+                        f"{first.outside / GIB:.1f} GiB outside it ({grabbed / GIB:.1f} GiB), leaving "
+                        f"{(limit - grabbed) / GIB:.1f} GiB for the {others / GIB:.1f} GiB the others need"
+                    )
+                    break
+        if not why:
             continue
         detail: dict[str, DetailValue] = {
-            "sum_budgets": total,
-            "sum_budgets_gib": gib(total),
+            "sum_takes": total,
+            "sum_takes_gib": gib(total),
             "limit": limit,
             "limit_gib": gib(limit),
             "limit_basis": basis,
-            "sum_utilization": round(sum(lane.gpu_memory_utilization for lane in lanes), 4),
+            "limit_source": boot.source if basis == "boot_free" else f"{HARDWARE_PATH} {capacity.profile}",
+            "why": why,
             "torch_visible_gib": gib(capacity.torch_visible),
         }
-        for name, budget in budgets.items():
-            detail[f"budget_gib[{name}]"] = gib(budget)
+        for t in takes:
+            detail[f"take_gib[{t.lane.name}]"] = gib(t.bytes)
         groups.append((host, lanes, detail))
 
     def sentence(clash: _Clash) -> str:
-        d = clash.detail
-        parts = " + ".join(
-            f"{name} {d[f'budget_gib[{name}]']:.1f}" for name in sorted([clash.lane.name, *clash.others])
-        )
         hosts, others = ", ".join(clash.hosts), ", ".join(clash.others)
-        total, limit = float(d["sum_budgets"]) / GIB, float(d["limit"]) / GIB
         return (
-            f"lane {clash.lane.name} shares {hosts} with running lane {others}: the budgets add up to "
-            f"{parts} = {total:.1f} GiB, over the {limit:.1f} GiB a host can give ({basis}); stop one lane, "
-            "move it to other hosts, or lower gpu_memory_utilization"
+            f"lane {clash.lane.name} shares {hosts} with running lane {others}: {clash.detail['why']}; stop one "
+            "lane, move it to other hosts, or lower gpu_memory_utilization"
         )
 
     _emit(ctx, rule, _collect(groups), sentence)
