@@ -10,6 +10,7 @@ import typer
 
 from reconciler.cli.common import handle_errors
 from reconciler.errors import InputError
+from reconciler.policy.report import CheckReport
 from reconciler.spec.bench import BenchProfilesFile
 from reconciler.spec.fleet import FleetDefaults, Host
 from reconciler.spec.lane import Lane
@@ -27,6 +28,7 @@ SCHEMAS: dict[str, type[Any]] = {
     "hardware": HardwareFile,
     "rules": RulesFile,
     "known-issues": KnownIssuesFile,
+    "check": CheckReport,
 }
 NAME_FROM_FILE = {"host", "model", "lane"}
 
@@ -37,7 +39,7 @@ def json_schema(kind: str) -> dict[str, Any]:
         # The name comes from the file name; the field is optional in the file.
         schema.get("required", []).remove("name") if "name" in schema.get("required", []) else None
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = f"lanes {kind} file"
+    schema["title"] = "lanes check --json output" if kind == "check" else f"lanes {kind} file"
     return schema
 
 
