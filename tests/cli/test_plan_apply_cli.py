@@ -8,8 +8,14 @@ how long. And apply never changes a host unasked: without a terminal, or with --
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import re
+import shlex
+import shutil
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +120,34 @@ async def test_plan_exit_codes_apply_asks_and_the_plan_shows_the_field_diff(tmp_
             {"file": f"state/lanes/{QWEN}.yaml", "field": "max_num_seqs", "kind": "changed", "old": 8, "new": 6}
         ]
         assert diff["restarts"] == ["rank 0 on spark1"] and diff["expected_downtime_s"] == ready
+
+
+async def _in_a_terminal(argv: list[str], answer: str) -> tuple[int, str]:
+    """`lanes ARGV` on a real pseudo-terminal (util-linux `script`), typing `answer`; exit code and screen."""
+    command = shlex.join([sys.executable, "-m", "reconciler.cli.main", *argv])
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = await asyncio.create_subprocess_exec(
+        "script", "-qec", f"stty cols 120 rows 40; {command}", "/dev/null",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(answer.encode()), 100)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace").replace("\r\n", "\n"))
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script for a pseudo-terminal")
+async def test_apply_on_a_terminal_shows_the_plan_and_asks(tmp_path: Path) -> None:
+    async with sim_fleet(tmp_path, loopback(63)) as fleet:
+        code, screen = await _in_a_terminal(["apply", *fleet.connect()], "n\n")
+        assert code == 6, screen
+        assert f"{QWEN}: not running: first deploy" in screen and "apply these changes?" in screen
+        assert "not applied: nothing was changed" in screen
+        assert all(not fleet.env.fleet.runtime(h).containers for h in HOSTS)
+        code, screen = await _in_a_terminal(["apply", *fleet.connect()], "y\n")
+        assert code == 0, screen
+        assert fleet.env.fleet.runtime("spark1").containers and fleet.env.fleet.runtime("spark2").containers
