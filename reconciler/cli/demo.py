@@ -25,7 +25,8 @@ import typer
 from rich.console import Console
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, handle_errors
-from reconciler.cli.reconcile import print_plan, print_status, progress_printer
+from reconciler.cli.progress import StepPrinter
+from reconciler.cli.reconcile import print_plan, print_status
 from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings, HostOverride
 from reconciler.execute.secrets import SecretStore
@@ -189,7 +190,8 @@ def demo(
                     highlight=False,
                     soft_wrap=True,
                 )
-            first = await env.runner.run_cycle(loaded, progress=None if as_json else progress_printer(console))
+            with StepPrinter(console, live=False if as_json else None) as show:
+                first = await env.runner.run_cycle(loaded, progress=None if as_json else show)
             second = await env.runner.run_cycle(loaded, apply=False)
             rows = status_rows(env.store, loaded.desired)
             if once:

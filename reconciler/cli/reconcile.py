@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,9 +19,9 @@ from reconciler.cli.common import EXIT_DENY, LoadedCommit, fail, handle_errors, 
 from reconciler.cli.daemonview import ask_daemon, needs_attention, trouble_lines
 from reconciler.cli.history import field_text
 from reconciler.cli.plandiff import LaneDiff, lane_diffs
+from reconciler.cli.progress import StepPrinter
 from reconciler.cli.tables import Column, print_table
 from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
-from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings
 from reconciler.execute.results import Result
 from reconciler.execute.secrets import SecretStore
@@ -241,21 +240,6 @@ def make_runner(
     return runner, store, transport
 
 
-def progress_printer(console: Console) -> Any:
-    t0 = time.monotonic()
-
-    def show(event: ProgressEvent) -> None:
-        mark = {"started": "…", "done": "✓", "failed": "✗"}.get(event.status, "·")
-        console.print(
-            f"[dim]{time.monotonic() - t0:7.1f}s[/] {mark} [bold]{escape(event.lane)}[/] "
-            f"{escape(event.step)}: {escape(event.detail)}",
-            highlight=False,
-            soft_wrap=True,
-        )
-
-    return show
-
-
 def check_lanes(loaded: LoadedCommit, lanes: list[str] | None, as_json: bool) -> frozenset[str] | None:
     """--lane names, each a lane of the commit (or one its hosts may still run: a removed lane)."""
     if not lanes:
@@ -370,9 +354,8 @@ def apply_cmd(
                     if not typer.confirm("apply these changes?", err=True):
                         return None
             # With nothing to change the cycle still runs: it records denied and blocked lanes in the journal.
-            return await runner.run_cycle(
-                loaded, only_lanes=only, progress=progress_printer(console), wait_backoff=False
-            )
+            with StepPrinter(console) as show:
+                return await runner.run_cycle(loaded, only_lanes=only, progress=show, wait_backoff=False)
         finally:
             await transport.close()
 
