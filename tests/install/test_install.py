@@ -67,9 +67,13 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("clone") / "lanes"
     listed = git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
     for name in filter(None, listed):
-        if (REPO / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, src / name)
+        original, copy = REPO / name, src / name
+        if original.is_symlink():  # git keeps links as links (reconciler/scaffold/policies is one)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.symlink_to(os.readlink(original))
+        elif original.is_file():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(original, copy)
     git(src, "init", "-q")
     git(src, "add", "-A")
     git(src, "commit", "-q", "-m", "snapshot")
@@ -225,6 +229,28 @@ def test_the_installed_lanes_runs_from_its_own_environment(staged: Staged) -> No
     # On the system Python, not the one running the tests (a pyenv or venv Python would hide under /root).
     assert os.path.realpath(venv / "bin" / "python") == os.path.realpath(SYSTEM_PYTHON)
     assert lanes(staged, "--help").returncode == 0
+
+
+def test_the_installed_lanes_says_its_version(staged: Staged) -> None:
+    venv = staged.path(PREFIX)
+    installed = subprocess.run(
+        [venv / "bin" / "python", "-I", "-c", "import importlib.metadata as m; print(m.version('spark-lanes'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    result = lanes(staged, "--version")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert installed in result.stdout.split(), result.stdout
+
+
+def test_the_wheel_carries_the_scaffold(staged: Staged, tmp_path: Path) -> None:
+    """Package data (reconciler/scaffold) comes with the wheel: `lanes init` from the installed tree."""
+    result = lanes(staged, "init", tmp_path / "state-repo")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "state-repo" / "state" / "fleet.yaml").is_file()
+    assert (tmp_path / "state-repo" / "policies" / "rules.yaml").is_file()
 
 
 def test_the_installed_lanes_checks_the_example_as_the_checkout_does(staged: Staged) -> None:
