@@ -19,6 +19,7 @@ from reconciler.observe.probe import lease_file, observe
 from reconciler.plan import Plan, PlanOptions, plan_fleet
 from reconciler.policy import Verdict, evaluate
 from reconciler.policy.ancestry import FixAncestry
+from reconciler.policy.hostmem import from_observation
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
 from reconciler.spec.policyfiles import KnownIssuesFile
@@ -98,7 +99,6 @@ class CycleRunner:
     ) -> tuple[Verdict, ObservedFleet, Plan, dict[str, HostTarget]]:
         desired = loaded.desired
         answers = self.ancestry(desired, loaded.policies.known_issues) if self.ancestry else None
-        verdict = evaluate(desired, loaded.policies, fix_ancestry=answers)
         targets = targets_for(desired, self.settings.overrides)
         observed = await observe(
             desired,
@@ -107,6 +107,8 @@ class CycleRunner:
             timeout=self.settings.probe_timeout_s,
             concurrency=self.settings.concurrency,
         )
+        # Evaluated after the probe: free memory at boot comes from each idle host's MemAvailable when seen.
+        verdict = evaluate(desired, loaded.policies, fix_ancestry=answers, host_memory=from_observation(observed))
         options = PlanOptions(
             owner=self.settings.owner,
             drop_caches=self.settings.drop_caches,
