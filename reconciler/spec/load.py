@@ -19,6 +19,7 @@ from reconciler.spec.lane import Lane
 from reconciler.spec.model import ModelSpec
 from reconciler.spec.policyfiles import HardwareFile, KnownIssuesFile, RulesFile
 from reconciler.spec.upstream import UpstreamsFile
+from reconciler.spec.windows import WindowsFile
 from reconciler.spec.yamlsrc import parse_yaml, validate
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -50,6 +51,8 @@ class PolicySet:
     hardware: HardwareFile
     rules: RulesFile
     known_issues: KnownIssuesFile
+    windows: WindowsFile = field(default_factory=WindowsFile)
+    """Change windows (`policies/windows.yaml`, optional: without it no change waits for a window)."""
 
 
 def _files_under(files: Mapping[str, bytes], folder: str) -> list[str]:
@@ -156,8 +159,10 @@ def load_policies(files: Mapping[str, bytes], *, policies_dir: str = "policies")
             raise InputError(f"missing policy file {path}", file=path)
         return validate(model, parse_yaml(path, files[path]))
 
+    windows_path = f"{policies_dir}/windows.yaml"
     return PolicySet(
         hardware=one("hardware.yaml", HardwareFile),
         rules=one("rules.yaml", RulesFile),
         known_issues=one("known-issues.yaml", KnownIssuesFile),
+        windows=one("windows.yaml", WindowsFile) if windows_path in files else WindowsFile(),
     )
