@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.main
 
 from reconciler.cli import bench as bench_cli
 from reconciler.cli import check as check_cmd
@@ -21,12 +22,52 @@ from reconciler.cli import schema as schema_cmd
 from reconciler.cli import upstream as upstream_cmd
 from reconciler.logsetup import configure, redact_stdio
 
-app = typer.Typer(
+
+def _tidy_help(command: Any) -> None:
+    """Help shows `--json`, `--repo TEXT`, `LANE`, not `--json <bool>` or `{lane}`.
+
+    Typer 0.29 prints each option's type as `<bool>`/`<str>` unless a metavar is set
+    (`TyperOption.display_type_rich`, typer/core.py); flags get none, values their kind.
+    """
+    for param in command.params:
+        if param.metavar is not None:
+            continue
+        # Typer 0.29 carries its own click (typer._click): its parameters are told apart by name.
+        if param.param_type_name == "option" and getattr(param, "is_flag", False):
+            param.metavar = ""
+        elif param.param_type_name == "argument":
+            param.metavar = (param.name or "arg").upper()
+        else:
+            kind = param.bare_type()  # str, int, float, Path, ...
+            param.metavar = {"Path": "PATH", "int": "N", "float": "SECONDS"}.get(kind, param.name.upper())
+    make_help = command.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help(ctx)  # made per context by click, so tidied as it is made
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
+    for sub in (getattr(command, "commands", None) or {}).values():
+        _tidy_help(sub)
+
+
+class LanesTyper(typer.Typer):
+    """The app as the `lanes` script runs it: help tidied before click parses anything."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        command = typer.main.get_command(self)
+        _tidy_help(command)
+        return command(*args, **kwargs)
+
+
+app = LanesTyper(
     name="lanes",
     help="GitOps reconciler for LLM inference lanes on DGX Spark (GB10) fleets.",
     epilog=exitcodes.epilog(),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion and --show-completion for bash, zsh and fish (typer)
     pretty_exceptions_enable=False,
 )
 
