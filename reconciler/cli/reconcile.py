@@ -203,11 +203,13 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
     table = []
     for r in rows:
         ready = r["timings"].get("to_token")
+        # No record at all (no journal, or a lane it never saw): nothing is progressing, it was never applied.
+        health = "never applied" if r.get("updated") is None and r["desired"] == "running" else r["health"]
         table.append(
             [
                 r["name"],
                 r["desired"],
-                Text(r["health"], style=colors.get(r["health"], "")),
+                Text(health, style=colors.get(health, "")),
                 (r["commit"] or "")[:10],
                 ",".join(r["hosts"]),
                 f"{ready:.1f} s" if ready else "",

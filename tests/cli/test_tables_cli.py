@@ -141,3 +141,12 @@ def test_the_demos_paste_ready_commands_stay_on_one_line_at_80_columns(tmp_path:
     sed = f"  sed -i 's/max_num_seqs: 8/max_num_seqs: 4/' {clone}/state/lanes/eugr-nightly-dsv41-3x.yaml"
     assert sed in lines and f"  git -C {clone} commit -am 'eugr: 4 sequences'" in lines
     assert "then: lanes status --daemon http://127.0.0.1:54321" in lines
+
+
+def test_status_without_a_journal_says_never_applied_not_progressing(tmp_path: Path) -> None:
+    code, out, err = lanes("status", "--db", str(tmp_path / "lanes.db"), "--repo", str(ROOT), columns=200)
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+    for name in (PRODUCTION, EUGR):  # running in the example state, never applied here
+        assert "never applied" in rows[name] and "progressing" not in rows[name]
+    assert " stopped " in rows[GLM]
