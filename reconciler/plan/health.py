@@ -71,6 +71,8 @@ class Outcome(StrEnum):
     """Stopping a lane's ranks failed; some may still run."""
     INTERNAL_ERROR = "internal-error"
     """lanes itself failed while planning or applying this lane (a bug): nothing else was affected."""
+    SUSPENDED = "suspended"
+    """The lane file says hands off: nothing was done, and the health seen last stands."""
 
 
 def next_health(current: LaneHealth | None, outcome: Outcome) -> LaneHealth:
@@ -93,6 +95,9 @@ def next_health(current: LaneHealth | None, outcome: Outcome) -> LaneHealth:
             if current is None or current == LaneHealth.HEALTHY:
                 return LaneHealth.DEGRADED
             return current
+        case Outcome.SUSPENDED:
+            # lanes does not look after a suspended lane: it says what it last knew, or that it never served.
+            return current if current is not None else LaneHealth.BLOCKED
         case Outcome.WAITING | Outcome.INTERRUPTED_UNTOUCHED | Outcome.INTERNAL_ERROR:
             if current is None or (current == LaneHealth.PROGRESSING and outcome == Outcome.WAITING):
                 return LaneHealth.BLOCKED

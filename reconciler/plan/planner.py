@@ -38,9 +38,11 @@ from reconciler.plan.steps import (
     WaitReady,
     WriteEnvFiles,
 )
+from reconciler.plan.windows import hold_for, restarts_running
 from reconciler.policy import Verdict
 from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState
+from reconciler.spec.windows import WindowsFile
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,12 @@ class PlanOptions:
     only_lanes: frozenset[str] | None = None
     now: float | None = None
     """Clock for lease expiry; None takes each probe's own time."""
+    windows: WindowsFile = field(default_factory=WindowsFile)
+    """Change windows (`policies/windows.yaml`): a change that restarts a running lane waits for one."""
+    window_clock: float | None = None
+    """The instant change windows are judged at (epoch seconds); None takes `clock`."""
+    window_override: bool = False
+    """A person asked for now (`lanes apply --now`, a commit's `Lanes-Change-Window: now`): no change waits."""
 
 
 def fingerprint(specs: Sequence[tuple[str, ContainerSpec]]) -> str:
@@ -104,6 +112,8 @@ def _plan_lane(
 ) -> LanePlan:
     lane = desired.lanes.get(name)
     current = observed.containers_of_lane(name)
+    if lane is not None and lane.suspended:
+        return _plan_suspended(lane, current, observed, verdict, desired.commit)
     if lane is None or not lane.running:
         return _plan_stop(name, lane, current, observed, desired.commit, desired.fleet.state_dir_on_host)
     base = LanePlan(name, "noop", "", hosts=lane.hosts, commit=desired.commit)
@@ -156,6 +166,15 @@ def _plan_lane(
     drift = _drift(specs, current, squatters, lane.port)
     cause = _cause(current, drift)
     reason = _reason(cause, drift)
+    if not opts.window_override and restarts_running(current, drift):
+        at = opts.window_clock if opts.window_clock is not None else opts.clock
+        hold = hold_for(lane, desired, opts.windows, at)
+        if hold is not None:
+            why = f"{reason}; {hold.describe()} (`lanes apply --now` applies it at once)"
+            until = hold.until.timestamp() if hold.until is not None else None
+            return replace(
+                with_specs, action="blocked", reason=why, cause=Cause.CHANGE_WINDOW, drift=drift, held_until=until
+            )
     steps_list: list[Step] = [AcquireLeases(involved)]
     cuda = tuple((h, info.cuda_version) for h in lane.hosts if (info := observed.hosts[h].info) and info.cuda_version)
     pulls = tuple((host, spec.image) for host, spec in specs)
@@ -208,6 +227,19 @@ def _lease_held(involved: tuple[str, ...], observed: ObservedFleet, opts: PlanOp
 def env_file_path(state_dir_on_host: str, container: str) -> str:
     """Where a rank's env file is on its host (as `engines.base` renders `ContainerSpec.env_file`)."""
     return f"{state_dir_on_host}/env/{container}.env"
+
+
+def _plan_suspended(
+    lane: Lane, current: list[tuple[str, ObservedContainer]], observed: ObservedFleet, verdict: Verdict, commit: str
+) -> LanePlan:
+    """Hands off: no steps at all; how what runs differs from the lane file is said, never repaired."""
+    specs: Sequence[tuple[str, ContainerSpec]] = verdict.rendered.get(lane.name, ())
+    seen = bool(specs) and all(_reachable(observed, h) for h in lane.hosts)
+    drift = _drift(specs, current, _squatters(lane, observed), lane.port) if seen else ()
+    why = "suspended in its lane file: what runs is left as it is (no apply, no repair, no rollback)"
+    if drift:
+        why += "; left as it is: " + "; ".join(d.describe() for d in drift)
+    return LanePlan(lane.name, "suspended", why, hosts=lane.hosts, commit=commit, cause=Cause.SUSPENDED, drift=drift)
 
 
 def _plan_stop(

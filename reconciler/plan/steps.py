@@ -13,9 +13,10 @@ from typing import Literal
 
 from reconciler.engines import ContainerSpec
 
-LaneAction = Literal["deploy", "verify", "stop", "noop", "denied", "blocked", "fail"]
+LaneAction = Literal["deploy", "verify", "stop", "noop", "denied", "blocked", "fail", "suspended"]
 """`verify`: the desired ranks run but their readiness was never observed, so they are gated again;
-`blocked`: cannot act now (host unreachable, leased, a retry pending); `fail`: cannot work as written."""
+`blocked`: cannot act now (host unreachable, leased, a retry pending, a change window closed);
+`fail`: cannot work as written; `suspended`: the lane file says hands off, so what runs is left as it is."""
 
 
 class Cause(StrEnum):
@@ -38,6 +39,10 @@ class Cause(StrEnum):
     HOST_FACTS = "host-facts"
     """A rank host's data plane cannot carry the lane now (a link down, an address or a RoCE GID missing)."""
     INTERNAL_ERROR = "internal-error"
+    SUSPENDED = "suspended"
+    """The lane file says `suspended: true`: nothing is applied, repaired or rolled back."""
+    CHANGE_WINDOW = "change-window"
+    """A change that restarts the running lane waits for one of its change windows to open."""
 
 
 class DriftKind(StrEnum):
@@ -215,7 +220,9 @@ class LanePlan:
     commit: str = ""
     cause: Cause = Cause.IN_SYNC
     drift: tuple[Drift, ...] = ()
-    """What differed on the hosts, when the lane is redeployed to repair drift."""
+    """What differed on the hosts, when the lane is redeployed to repair drift (or left as it is, suspended)."""
+    held_until: float | None = None
+    """A change held by a change window: when the earliest of the lane's windows opens (epoch seconds)."""
 
     @property
     def changes(self) -> bool:

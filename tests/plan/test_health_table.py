@@ -30,6 +30,7 @@ interrupted            | progressing progressing progressing progressing progres
 interrupted-untouched  | blocked     healthy     progressing degraded    failed      denied      blocked     stopped
 stop-failed            | degraded    healthy     progressing degraded    failed      denied      blocked     stopped
 internal-error         | blocked     healthy     progressing degraded    failed      denied      blocked     stopped
+suspended              | blocked     healthy     progressing degraded    failed      denied      blocked     stopped
 """
 
 
