@@ -41,6 +41,7 @@ from reconciler.daemon.tomlpos import TOML_POS, describe_error, line_of
 from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleSettings, HostOverride
 from reconciler.execute.secrets import SYSTEMD_LANE_PREFIX
+from reconciler.notifications.settings import NotificationSettings, ReceiverSettings
 from reconciler.spec.base import NAME_RE
 from reconciler.store.retention import Retention
 from reconciler.upstream.base import PollSettings, UpstreamCredential
@@ -435,6 +436,9 @@ class DaemonConfig(Section):
     upstream: UpstreamSettings = Field(description="upstream release polling")
     bench: BenchSettings = Field(description="benchmarks after a change")
     retention: RetentionSettings = Field(description="how long the journal keeps its rows")
+    notifications: NotificationSettings = Field(
+        default_factory=NotificationSettings, description="chat and webhook receivers told what happens"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -507,6 +511,7 @@ class DaemonConfig(Section):
             "http.webhook_secret_file": self.http.webhook_secret_file,
             "repo.credential_file": self.repo.credential_file,
             **{f"upstream.credentials.{n}.file": c.file for n, c in self.upstream.credentials.items()},
+            **self.notifications.credential_files(),
         }
 
     def credential_files(self) -> dict[str, Path | None]:
@@ -533,6 +538,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "http": HttpSettings,
     "upstream": UpstreamSettings,
     "bench": BenchSettings,
+    "notifications": NotificationSettings,
 }
 
 
@@ -547,6 +553,8 @@ def _fields_at(loc: tuple[str | int, ...]) -> Mapping[str, Any] | None:
         return HostOverrideSettings.model_fields
     if len(parent) == 3 and parent[:2] == ("upstream", "credentials"):
         return UpstreamCredentialSettings.model_fields
+    if len(parent) == 3 and parent[:2] == ("notifications", "receivers"):
+        return ReceiverSettings.model_fields
     return None
 
 

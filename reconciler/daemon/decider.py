@@ -26,6 +26,7 @@ from reconciler.errors import InputError, LanesError
 from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, CycleRunner
 from reconciler.execute.results import Result
+from reconciler.notifications import hub as notifications
 from reconciler.plan.steps import Cause
 from reconciler.source.acceptance import Signers, accepted
 from reconciler.source.loadcommit import LoadedCommit, load_commit
@@ -96,6 +97,7 @@ class CommitDecider:
             if refusal is not None:
                 self.refused = {"commit": head, "reason": refusal}
                 await self._record(head, "refused", {"refused": refusal})
+                notifications.on_refused(head, refusal)
                 self.metrics.record_cycle(time.monotonic() - t0, error=refusal)
                 return "refused"
             self.refused = None
@@ -111,6 +113,7 @@ class CommitDecider:
                 set_anchor(self.store, head)
             result = await self.runner.run_cycle(loaded, progress=log_progress)
             outcome = self._outcome(result)
+            notifications.on_cycle(result, loaded.desired)
             self.metrics.record_cycle(time.monotonic() - t0, result.results)
             # Only what another reconciler or a host holds up is looked at again soon; a condemned spec
             # waits for a change, and a spec in backoff for its own time (the service schedules both).

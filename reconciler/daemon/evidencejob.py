@@ -24,6 +24,7 @@ from reconciler.bench import benchmark_lane, chart, evidence
 from reconciler.daemon.config import DaemonConfig
 from reconciler.errors import LanesError
 from reconciler.execute.cycle import CycleResult, targets_for
+from reconciler.notifications import hub as notifications
 from reconciler.source.evidence import commit_evidence
 from reconciler.source.mirror import Mirror
 from reconciler.spec.load import DesiredState
@@ -104,6 +105,7 @@ async def benchmark_changed(
             log.warning("evidence.failed", lane=lane.name, error=str(exc))
             continue
         log.info("evidence.committed", lane=lane.name, commit=sha[:12], regression=bool(ev.get("regression")))
+        notifications.on_regression(lane.name, desired.commit, sha, ev, desired)
         store.update_lane(
             lane.name,
             evidence={

@@ -43,6 +43,7 @@ from reconciler.errors import LanesError
 from reconciler.execute.cycle import CycleRunner
 from reconciler.execute.secrets import lane_secrets, secret_values
 from reconciler.logsetup import remember_secrets
+from reconciler.notifications import hub as notifications
 from reconciler.source.mirror import Mirror
 from reconciler.source.watch import watch_refs
 from reconciler.store.journal import Store
@@ -270,6 +271,7 @@ class Daemon:
                 self._guarded(job, name), "interval", seconds=seconds, max_instances=1, coalesce=True, id=name
             )
         scheduler.start()
+        notifications.start(self.config.notifications)  # sends from its own queues: never part of a cycle
         http = self._http()
         if http is not None:
             await http.start()
@@ -312,6 +314,7 @@ class Daemon:
             if http is not None:
                 await http.close()
             await self.transport.close()
+            await notifications.stop()
             if not self.store.flush():
                 log.error("store.records_lost", db=str(self.store.path), held=self.store.held_writes)
             self.store.close()
@@ -348,6 +351,7 @@ class Daemon:
             self.runner.secrets = lane_secrets(new)
             remember_secrets(secret_values(new))  # secrets added or changed since the start are redacted too
             self.decider.config = new
+            notifications.reload(new.notifications)
             log.info("config.reloaded", path=str(self.config_path))
         self.notifier.ready()
 

@@ -15,6 +15,7 @@ import structlog
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.gate import Gate
 from reconciler.daemon.metrics import Metrics
+from reconciler.notifications import hub as notifications
 from reconciler.source.mirror import Mirror
 from reconciler.spec.load import DesiredState
 from reconciler.upstream import ProposalSettings, UpstreamStore, gap_rows, poll_all, propose_all
@@ -57,5 +58,6 @@ async def upstream_job(
             )
             for outcome in await propose_all(mirror.repo, store, settings, trial=trial, base=base):
                 log.info("upstream.proposal", outcome=str(outcome))
+                notifications.on_proposal(outcome, base, desired)
         gaps = {row.lane: (row.releases_behind or 0, float(row.days_behind or 0)) for row in gap_rows(desired, store)}
     metrics.set_upstream_gaps(gaps)

@@ -1,0 +1,153 @@
+"""The dispatcher: a queue and a worker per receiver, so no receiver ever holds up a cycle.
+
+`publish` only puts the event on queues (never waits, never raises). Each
+receiver's worker takes its messages in order, waits for its rate limit (a
+token bucket), and sends in the dispatcher's own threads with a timeout,
+retrying with doubling backoff; a message that still fails is logged and
+given up. A full queue drops its oldest message (logged), so a receiver that
+is down for hours costs a bounded amount of memory. A repeat (same kind,
+lane or host, commit) within the dedup window is not sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import structlog
+
+from reconciler.notifications.events import Event
+from reconciler.notifications.receivers import ReceiverError, send
+from reconciler.notifications.settings import NotificationSettings, ReceiverSettings
+
+log = structlog.get_logger("lanes.notifications")
+BURST = 5
+"""Messages a receiver may get at once before its rate applies."""
+SEEN_MAX = 10_000
+"""Event keys remembered at most (oldest forgotten first), whatever the window."""
+
+SendFn = Callable[[ReceiverSettings, str, str, str, float], None]
+
+
+class Bucket:
+    """A token bucket: `rate` tokens a second, `burst` at most."""
+
+    def __init__(self, per_minute: float, burst: int = BURST, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = per_minute / 60.0
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.clock = clock
+        self.at = clock()
+
+    def reserve(self) -> float:
+        """Take the next token (the bucket may go into debt): the seconds to wait before using it."""
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate) - 1.0
+        self.at = now
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+@dataclass
+class _Receiver:
+    name: str
+    settings: ReceiverSettings
+    queue: asyncio.Queue[Event]
+    bucket: Bucket
+    task: asyncio.Task[None] | None = None
+
+
+class Dispatcher:
+    def __init__(self, settings: NotificationSettings, *, sender: SendFn = send, threads: int = 4) -> None:
+        self.settings = settings
+        self.sender = sender
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="lanes-notifications")
+        self.seen: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        self.receivers = {
+            name: _Receiver(name, r, asyncio.Queue(settings.queue_size), Bucket(r.rate_per_minute))
+            for name, r in settings.receivers.items()
+        }
+        self.sent = 0
+        self.failed = 0
+        self.dropped = 0
+
+    def start(self) -> None:
+        for r in self.receivers.values():
+            r.task = asyncio.create_task(self._work(r), name=f"notifications-{r.name}")
+
+    def publish(self, events: Iterable[Event]) -> None:
+        """Queue events for their receivers; never blocks, never raises."""
+        for event in events:
+            if self._repeat(event):
+                log.debug("notification.repeat", kind=event.kind, key=list(event.key))
+                continue
+            labels = {k: set(v) for k, v in event.labels.items()}
+            for r in self.receivers.values():
+                if not r.settings.wants(event.kind, event.lanes, labels):
+                    continue
+                if r.queue.full():
+                    old = r.queue.get_nowait()
+                    self.dropped += 1
+                    log.warning("notification.dropped", receiver=r.name, kind=old.kind, reason="queue full")
+                r.queue.put_nowait(event)
+
+    def _repeat(self, event: Event) -> bool:
+        now = time.monotonic()
+        window = self.settings.dedup_window_s
+        while self.seen and (len(self.seen) > SEEN_MAX or next(iter(self.seen.values())) < now - window):
+            self.seen.popitem(last=False)
+        if event.key in self.seen:
+            return True
+        self.seen[event.key] = now
+        return False
+
+    async def _work(self, r: _Receiver) -> None:
+        while True:
+            event = await r.queue.get()
+            try:
+                wait = r.bucket.reserve()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                await self._deliver(r, event)
+            finally:
+                r.queue.task_done()
+
+    async def _deliver(self, r: _Receiver, event: Event) -> None:
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        for attempt in range(1, s.attempts + 1):
+            try:
+                await loop.run_in_executor(
+                    self.pool, self.sender, r.settings, event.title, event.body(), event.severity, s.timeout_s
+                )
+            except ReceiverError as exc:
+                error = str(exc)
+            except Exception as exc:  # a receiver's failure, however odd, never reaches the daemon
+                error = f"{type(exc).__name__}: {exc}"
+            else:
+                self.sent += 1
+                log.info("notification.sent", receiver=r.name, kind=event.kind, attempt=attempt)
+                return
+            if attempt < s.attempts:
+                delay = min(s.backoff_max_s, s.backoff_s * 2 ** (attempt - 1))
+                log.info("notification.retry", receiver=r.name, kind=event.kind, error=error, retry_in_s=delay)
+                await asyncio.sleep(delay)
+            else:
+                self.failed += 1
+                log.warning("notification.failed", receiver=r.name, kind=event.kind, error=error, attempts=s.attempts)
+
+    async def close(self, grace_s: float = 2.0) -> None:
+        """Give queued messages `grace_s` to go out, then stop; a send in flight ends with its own timeout."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace_s):
+                await asyncio.gather(*(r.queue.join() for r in self.receivers.values()))
+        for r in self.receivers.values():
+            if r.task is not None:
+                r.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await r.task
+        self.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,234 @@
+"""What the daemon tells people: one event per thing that happened, with the command that helps.
+
+Each event says what happened, to which lane (or host) and commit, and what a
+person can do about it, as a command they can paste. Events are built from
+what the daemon already knows (a cycle's results, a refusal, an evidence
+commit, a proposal), never from text a receiver could not show: the key
+(kind, subject, commit) is what a repeat is recognised by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.execute.cycle import CycleResult
+from reconciler.execute.results import Result
+from reconciler.spec.load import DesiredState
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    title: str
+    what: str
+    action: str
+    commit: str | None = None
+    lanes: tuple[str, ...] = ()
+    """The lanes the event is about (none: the whole fleet, e.g. a refused head)."""
+    host: str | None = None
+    labels: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The labels of the hosts involved, key -> values, for routing."""
+    severity: str = "warning"
+    """Apprise's notify type: info, success, warning or failure."""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """(kind, subject, commit): the same event again is a repeat."""
+        subject = self.host or ",".join(self.lanes) or "-"
+        return (self.kind, subject, self.commit or "-")
+
+    def body(self) -> str:
+        lines = [self.what]
+        if self.lanes:
+            lines.append(f"Lane: {', '.join(self.lanes)}")
+        if self.host:
+            lines.append(f"Host: {self.host}")
+        if self.commit:
+            lines.append(f"Commit: {self.commit[:12]}")
+        lines.append(f"What you can do: {self.action}")
+        return "\n".join(lines)
+
+
+def _labels(desired: DesiredState | None, hosts: Iterable[str]) -> dict[str, frozenset[str]]:
+    out: dict[str, set[str]] = {}
+    if desired is None:
+        return {}
+    for name in hosts:
+        host = desired.hosts.get(name)
+        for key, value in (host.labels if host else {}).items():
+            out.setdefault(key, set()).add(value)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _lane_labels(desired: DesiredState, lane: str) -> dict[str, frozenset[str]]:
+    spec = desired.lanes.get(lane)
+    return _labels(desired, spec.hosts if spec else ())
+
+
+def _short(text: str | None, limit: int = 600) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def cycle_events(result: CycleResult, desired: DesiredState) -> list[Event]:
+    """Denied, failed and rolled-back lanes of one reconcile cycle."""
+    events = []
+    commit = result.commit
+    for r in result.results:
+        labels = _lane_labels(desired, r.lane)
+        if r.result == Result.DENIED:
+            violations = [v for v in result.verdict.lane_violations(r.lane) if v.severity == "deny"]
+            rules = ", ".join(sorted({v.rule for v in violations})) or "policy"
+            why = "; ".join(_short(v.message, 300) for v in violations[:3]) or _short(r.error)
+            events.append(
+                Event(
+                    "commit.denied",
+                    f"lanes: {r.lane} denied by policy ({rules}) at {commit[:12]}",
+                    f"The commit's spec of lane {r.lane} breaks the policy {rules}: {why}. The lane keeps running "
+                    "its last good spec.",
+                    f"see why with `lanes check --rev {commit}`; fix the lane file and push a new commit",
+                    commit=commit,
+                    lanes=(r.lane,),
+                    labels=labels,
+                )
+            )
+        elif r.result == Result.ROLLED_BACK:
+            events.append(
+                Event(
+                    "lane.rolled_back",
+                    f"lanes: {r.lane} rollout failed and was rolled back ({commit[:12]})",
+                    f"The rollout of lane {r.lane} failed ({_short(r.error)}) and the lane was put back on its last "
+                    "healthy spec. The failed spec is not tried again until its backoff ends or a person allows it.",
+                    f"read the rank logs with `lanes history {r.lane}` and `lanes status`; fix the lane file and "
+                    f"push, or once the cause is gone run `lanes retry {r.lane}`",
+                    commit=commit,
+                    lanes=(r.lane,),
+                    labels=labels,
+                    severity="failure",
+                )
+            )
+        elif r.result == Result.FAILED:
+            events.append(
+                Event(
+                    "lane.failed",
+                    f"lanes: {r.lane} rollout failed ({commit[:12]})",
+                    f"The rollout of lane {r.lane} failed: {_short(r.error)}. Nothing healthy was there to roll "
+                    "back to, or the rollback failed too: the lane may serve nothing now.",
+                    f"look at `lanes status` and `lanes history {r.lane}`; fix the cause or the lane file and push, "
+                    f"then `lanes retry {r.lane}`",
+                    commit=commit,
+                    lanes=(r.lane,),
+                    labels=labels,
+                    severity="failure",
+                )
+            )
+    return events
+
+
+def refused_event(commit: str, reason: str) -> Event:
+    """The head was refused (unsigned, a signer not allowed, or a rewind nobody allowed)."""
+    rewind = "does not descend" in reason
+    action = (
+        f'if the force-push was meant, allow it with `lanes allow-rewind {commit} --reason "..."`; '
+        "otherwise push the branch back onto the last applied commit"
+        if rewind
+        else "sign the commit with a key in the allowed signers and push it again (`git commit -S --amend`), "
+        "or add the signer to the allowed signers file"
+    )
+    return Event(
+        "commit.refused",
+        f"lanes: commit {commit[:12]} refused",
+        f"The daemon refused the head commit: {_short(reason)}. Every lane keeps what it runs.",
+        action,
+        commit=commit,
+        severity="failure",
+    )
+
+
+class HostWatch:
+    """Which hosts answered the last probe, so a host is reported when it stops answering and when it is back."""
+
+    def __init__(self) -> None:
+        self.down: dict[str, str] = {}
+        self.seen: set[str] = set()
+
+    def events(self, result: CycleResult, desired: DesiredState) -> list[Event]:
+        events = []
+        for name, host in sorted(result.observed.hosts.items()):
+            lanes = tuple(sorted(n for n, lane in desired.lanes.items() if name in lane.hosts))
+            labels = _labels(desired, (name,))
+            if not host.reachable and name not in self.down:
+                self.down[name] = host.error or "no answer"
+                held = f" Lanes held until it answers: {', '.join(lanes)}." if lanes else ""
+                events.append(
+                    Event(
+                        "host.unreachable",
+                        f"lanes: host {name} stopped answering",
+                        f"Host {name} did not answer the daemon's probe ({_short(host.error, 300)}).{held}",
+                        f"check the host's power and network, then `lanes hosts --host {name}`; the daemon retries "
+                        "by itself",
+                        commit=result.commit,
+                        lanes=lanes,
+                        host=name,
+                        labels=labels,
+                        severity="failure",
+                    )
+                )
+            elif host.reachable and name in self.down:
+                was = self.down.pop(name)
+                events.append(
+                    Event(
+                        "host.back",
+                        f"lanes: host {name} answers again",
+                        f"Host {name} answers the daemon's probe again (it had stopped: {_short(was, 200)}); its "
+                        "lanes are reconciled again.",
+                        "nothing; `lanes status` shows its lanes converge",
+                        commit=result.commit,
+                        lanes=lanes,
+                        host=name,
+                        labels=labels,
+                        severity="success",
+                    )
+                )
+            self.seen.add(name)
+        return events
+
+
+def regression_event(
+    lane: str, commit: str, evidence_commit: str, ev: Mapping[str, Any], desired: DesiredState
+) -> Event:
+    """An evidence commit flagged a throughput regression against the lane's previous evidence."""
+    comparison = ev.get("comparison") or {}
+    worse = "; ".join(str(x) for x in (comparison.get("regressions") or [])[:3]) or "throughput below the baseline"
+    return Event(
+        "evidence.regression",
+        f"lanes: {lane} got slower at {commit[:12]}",
+        f"The benchmark after commit {commit[:12]} measured a regression on lane {lane}: {worse} "
+        f"(evidence commit {evidence_commit[:12]}).",
+        f"compare with `lanes history {lane}`; if the change is to blame, revert it (`git revert {commit[:12]}`) "
+        "and push",
+        commit=commit,
+        lanes=(lane,),
+        labels=_lane_labels(desired, lane),
+    )
+
+
+def proposal_event(
+    lane: str, version: str | None, branch: str | None, pr_url: str | None, base: str, desired: DesiredState
+) -> Event:
+    """The upstream job opened a proposal (a branch, and a pull request where the forge is known)."""
+    where = pr_url or f"branch {branch}"
+    return Event(
+        "proposal.opened",
+        f"lanes: proposal for {lane}: {version or 'a new release'}",
+        f"A new upstream release ({version or 'unknown version'}) of lane {lane}'s engine was proposed: {where}.",
+        f"review it ({where}), check it with `lanes check --rev {branch}` and merge it to roll it out"
+        if branch
+        else f"review it ({where}) and merge it to roll it out",
+        commit=base,
+        lanes=(lane,),
+        labels=_lane_labels(desired, lane),
+        severity="info",
+    )

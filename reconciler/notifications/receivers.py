@@ -1,0 +1,104 @@
+"""One message to one receiver, through Apprise, in a worker thread.
+
+Apprise (https://github.com/caronc/apprise) speaks each service's webhook
+and API; it is synchronous (requests), so a send runs in the dispatcher's own
+thread pool, never on the daemon's loop or its default executor. Apprise is
+imported on the first send: a daemon without receivers never loads it.
+
+Gitea and Forgejo have no Apprise plugin (apprise 2.3.0 has none); a comment
+on an issue is what they take (POST /api/v1/repos/{owner}/{repo}/issues/
+{index}/comments with {"body": ...} and `Authorization: token ...`, Gitea's
+routers/api/v1/repo/issue_comment.go, which Forgejo keeps), so a gitea:// URL
+becomes Apprise's JSON webhook (plugins/custom_json.py) with the payload keys
+renamed (`:message=body`), the others dropped (`:title=` ...) and the header
+added (`+Authorization=...`).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from reconciler.logsetup import redact, remember_secrets
+from reconciler.notifications.settings import PLACEHOLDER, ReceiverSettings
+
+_GITEA = {"gitea": "json", "giteas": "jsons", "forgejo": "json", "forgejos": "jsons"}
+_LOCK = threading.Lock()
+
+
+class ReceiverError(Exception):
+    """A receiver that could not be given the message (not answering, refusing, misconfigured)."""
+
+
+def read_secret(path: Path) -> str:
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReceiverError(f"its credential file cannot be read ({type(exc).__name__})") from None
+    if not value:
+        raise ReceiverError("its credential file is empty")
+    remember_secrets(secret_parts(value))
+    return value
+
+
+def secret_parts(value: str) -> list[str]:
+    """The value, its URL-quoted form and its pieces (a Slack TokenA/TokenB/TokenC), for the redactor."""
+    parts = [value, quote(value, safe="/"), quote(value, safe="")]
+    parts += [p for p in value.replace(":", "/").split("/") if len(p) >= 6]
+    return parts
+
+
+def apprise_url(settings: ReceiverSettings, secret: str | None) -> tuple[str, bool]:
+    """The Apprise URL to send to, and whether the title must be folded into the body (no title field)."""
+    url = settings.url
+    if PLACEHOLDER in url:
+        if secret is None:
+            raise ReceiverError("its url needs the credential file's value")
+        url = url.replace(PLACEHOLDER, quote(secret, safe="/"))
+    scheme, _, rest = url.partition("://")
+    target = _GITEA.get(scheme.lower())
+    if target is None:
+        return url, False
+    # gitea://[token@]host[:port]/owner/repo/index  ->  the issue's comments endpoint
+    authority, _, path = rest.partition("/")
+    token, at, host = authority.rpartition("@")
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if len(parts) != 3 or not parts[2].isdigit():
+        raise ReceiverError("a gitea/forgejo url is gitea://host/owner/repo/<issue number>")
+    owner, repo, index = parts
+    query = [":message=body", ":title=", ":version=", ":type=", ":attachments="]
+    if at:
+        query.append("+Authorization=" + quote(f"token {token}", safe=""))
+    comments = f"{host}/api/v1/repos/{owner}/{repo}/issues/{index}/comments"
+    return f"{target}://{comments}?{'&'.join(query)}", True
+
+
+def send(settings: ReceiverSettings, title: str, body: str, severity: str, timeout_s: float) -> None:
+    """Deliver one message, or raise ReceiverError; runs in a worker thread."""
+    secret = read_secret(settings.credential_file) if settings.credential_file is not None else None
+    url, fold = apprise_url(settings, secret)
+    # Whatever the message says passes the redactor last: error texts may quote a secret.
+    title, body = redact(title), redact(body)
+    if fold:
+        title, body = "", f"**{title}**\n\n{body}"
+    url += ("&" if "?" in url else "?") + f"cto={timeout_s:g}&rto={timeout_s:g}"
+    apobj = _apprise(url)
+    import apprise
+
+    ok = apobj.notify(title=title, body=body, notify_type=apprise.NotifyType(severity), body_format="text")
+    if not ok:
+        raise ReceiverError("it did not accept the message")
+
+
+def _apprise(url: str) -> Any:
+    with _LOCK:  # the first import registers every plugin; two threads must not do it at once
+        import apprise
+
+    # Memory only: Apprise's persistent store (Matrix logins, room ids) would otherwise want a folder.
+    asset = apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY)
+    apobj = apprise.Apprise(asset=asset)
+    if not apobj.add(url):
+        raise ReceiverError("Apprise does not understand its url")
+    return apobj
