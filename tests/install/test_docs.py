@@ -155,6 +155,8 @@ def test_the_walkthrough_steps_that_need_no_spark_run(tmp_path: Path) -> None:
     state = tmp_path / "lanes-state"
     env = {
         **os.environ,
+        # On the control node `lanes` is on PATH (/usr/local/bin); a state repository's hooks may call it.
+        "PATH": f"{LANES.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "GIT_AUTHOR_NAME": "operator",
         "GIT_AUTHOR_EMAIL": "op@localhost",
         "GIT_COMMITTER_NAME": "operator",
