@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
@@ -35,16 +33,18 @@ def daemon_cmd(
 
 @handle_errors
 def init_cmd(
-    directory: Annotated[Path, typer.Argument(help="folder of the new state repository")],
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="folder of the new state repository")],
 ) -> None:
-    """Scaffold a state repository (state/, policies/, a README) for a team's own fleet."""
+    """Start a state repository: state/, policies/, schemas/, a CI workflow and a pre-commit hook, committed.
+
+    `lanes check --repo DIR` passes on it at once; edit state/hosts and state/lanes, commit, check again.
+    """
+    from reconciler.cli.initrepo import init_repository
+
     if directory.exists() and any(directory.iterdir()):
         raise InputError("folder exists and is not empty; choose a new one", file=str(directory))
-    scaffold = resources.files("reconciler") / "scaffold"
-    with resources.as_file(scaffold) as src:
-        shutil.copytree(src, directory, dirs_exist_ok=True, symlinks=False)
-    import pygit2
-
-    pygit2.init_repository(str(directory), initial_head="main")
-    print(f"state repository scaffolded in {directory}")
-    print(f"next: edit state/hosts and state/lanes, `git add -A && git commit`, then `lanes check --repo {directory}`")
+    commit = init_repository(directory)
+    print(f"state repository started in {directory}: first commit {commit[:12]} on main")
+    print("  schemas/ for your editor, .github/workflows/lanes-check.yml (GitHub, Gitea, Forgejo Actions),")
+    print("  hooks/pre-commit (core.hooksPath = hooks: a clone runs `git config core.hooksPath hooks` once)")
+    print(f"next: edit state/hosts and state/lanes, commit, then `lanes check --repo {directory}`")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,15 +45,45 @@ def test_init_scaffolds_a_repo_that_passes_check(tmp_path: Path) -> None:
     result = runner.invoke(app, ["init", str(target)])
     assert result.exit_code == 0, result.output
     assert (target / "policies" / "rules.yaml").is_file() and not (target / "policies").is_symlink()
+    # Committed by init: check reads commits, and passes at once.
     repo = pygit2.Repository(str(target))
-    repo.index.add_all()
-    repo.index.write()
-    who = pygit2.Signature("t", "t@example.org")
-    repo.create_commit("HEAD", who, who, "scaffold", repo.index.write_tree(), [])
+    assert not repo.head_is_unborn and repo.head.shorthand == "main" and not repo.status()
     check = runner.invoke(app, ["check", "--repo", str(target), "--json"])
     assert check.exit_code == 0, check.output
+    # Every $schema line points to a file that is there.
+    for path in [*target.glob("state/**/*.yaml"), *target.glob("policies/*.yaml")]:
+        for ref in re.findall(r"\$schema=(\S+)", path.read_text()):
+            assert (path.parent / ref).is_file(), (path, ref)
+    workflow = YAML(typ="safe").load((target / ".github" / "workflows" / "lanes-check.yml").read_text())
+    assert any("lanes check" in str(step.get("run", "")) for step in workflow["jobs"]["check"]["steps"])
+    assert repo.config["core.hooksPath"] == "hooks" and os.access(target / "hooks" / "pre-commit", os.X_OK)
     again = runner.invoke(app, ["init", str(target)])
     assert again.exit_code == 2 and "not empty" in again.output
+
+
+@pytest.mark.timeout(60)
+def test_the_pre_commit_hook_refuses_a_commit_lanes_check_denies(tmp_path: Path) -> None:
+    target = tmp_path / "fleet"
+    assert runner.invoke(app, ["init", str(target)]).exit_code == 0
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env |= {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org"}
+    env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    lane = next((target / "state" / "lanes").glob("*.yaml"))
+    lane.write_text(lane.read_text() + "no_such_field: 1\n")
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(target), *args], capture_output=True, text=True, env=env, timeout=50,
+                              check=False)
+
+    assert git("add", "-A").returncode == 0
+    refused = git("commit", "-m", "a field lanes does not know")
+    assert refused.returncode != 0, refused.stdout + refused.stderr  # git exits 1 whatever the hook exits
+    assert "no_such_field" in refused.stdout + refused.stderr
+    assert git("rev-list", "--count", "HEAD").stdout.strip() == "1"
+    lane.write_text(lane.read_text().replace("no_such_field: 1\n", ""))
+    assert git("add", "-A").returncode == 0
+    done = git("commit", "--allow-empty", "-m", "fine again")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.timeout(60)
