@@ -17,6 +17,7 @@ added (`+Authorization=...`).
 from __future__ import annotations
 
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -93,12 +94,16 @@ def send(settings: ReceiverSettings, title: str, body: str, severity: str, timeo
 
 
 def _apprise(url: str) -> Any:
-    with _LOCK:  # the first import registers every plugin; two threads must not do it at once
+    # Apprise loads every plugin module on its first URL, one of which imports the stdlib's imghdr
+    # (apprise/utils/pgp.py), deprecated since Python 3.11: that warning is Apprise's, not ours.
+    # The lock: two threads must not load the plugins at once, nor change the warning filters together.
+    with _LOCK, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="'imghdr' is deprecated", category=DeprecationWarning)
         import apprise
 
-    # Memory only: Apprise's persistent store (Matrix logins, room ids) would otherwise want a folder.
-    asset = apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY)
-    apobj = apprise.Apprise(asset=asset)
-    if not apobj.add(url):
-        raise ReceiverError("Apprise does not understand its url")
+        # Memory only: Apprise's persistent store (Matrix logins, room ids) would otherwise want a folder.
+        asset = apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY)
+        apobj = apprise.Apprise(asset=asset)
+        if not apobj.add(url):
+            raise ReceiverError("Apprise does not understand its url")
     return apobj
