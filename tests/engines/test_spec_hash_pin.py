@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PINNED: dict[str, tuple[str, ...]] = {
     "dsv41-flash-1017-4x-sglang": ("936ce99e876fbdd4", "97de1d7b4b2e0be7", "c596ffa8da411f9c", "f2905a3fc83d107e"),
-    "eugr-nightly-dsv41-3x": ("8620b5813c22668d", "47a8983699eaef4f", "a1c1a04c4a50982b"),
+    "eugr-nightly-dsv41-3x": ("aa881c7a94836f3f", "6cb0feae035a6853", "f34b33f5de02254f"),
     "glm53-mxfp4-fp8-4x-r39": ("7e2cf39456eff51d", "15592358c611b5cc", "5be820eb40ad1f26", "dfa22d63d07196a0"),
     "minimax-m31-flash-4x-flare": ("0370947ee0396615", "882a08a64031fb07", "967ff199d1f046aa", "708039a6ee882813"),
 }

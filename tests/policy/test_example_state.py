@@ -58,7 +58,9 @@ def test_glm_full_lane_is_explained_by_numbers(verdict: Verdict) -> None:
         # vLLM's overhead (rules.yaml overhead_gib.vllm, 6.9 GiB) is inside its budget, ceil(0.88 x total).
         assert rank.need == rank.weights + rank.kv_min + int(6.9 * GIB)
         assert rank.budget == math.ceil(0.88 * int(121.7 * GIB))
-        assert 0 < rank.headroom < 10 * GIB
+        # The note: the full lane "does not fit comfortably". With its 99 GiB per rank read as weights alone
+        # (state/models/glm-5.3-mxfp4.yaml) it does not fit at all; test_example_fleet.py works out why.
+        assert rank.headroom < 0
         assert not rank.running
     # Its known upstream issues (Ray's busy spin, the start-time free-memory check) are tested in test_known_issues.
     found = [v for v in verdict.lane_violations(GLM) if v.rule != "known-issues"]
@@ -67,7 +69,7 @@ def test_glm_full_lane_is_explained_by_numbers(verdict: Verdict) -> None:
     # One finding for the lane, naming its four ranks, with the worst rank's figures.
     [v] = [v for v in found if v.rule == "memory-budget"]
     assert v.detail["ranks"] == "0,1,2,3"
-    assert "lane is stopped" in v.message
+    assert "lane is stopped, would be denied when started" in v.message
     assert v.detail["need"] == ranks[0].need
     assert v.detail["utilization"] == 0.88
     for key in ("weights", "kv_min", "overhead", "need", "budget"):
@@ -79,8 +81,13 @@ def test_glm_full_lane_is_explained_by_numbers(verdict: Verdict) -> None:
     assert "101.5 GiB" in boot.message
 
 
-def test_production_and_nightly_have_no_findings(verdict: Verdict) -> None:
-    assert verdict.lane_violations(PRODUCTION) == []
+def test_production_is_warned_of_its_small_pool_and_nightly_has_no_findings(verdict: Verdict) -> None:
+    # SGLang leaves production 0.80 x 101.5 GiB - 71.5 GiB of weights = 9.7 GiB of KV pool per rank (its recipe
+    # measured 7.2-10.9 GiB over its boots: test_calibration.py), under the 10 GiB headroom margin: a warning.
+    [found] = verdict.lane_violations(PRODUCTION)
+    assert (found.rule, found.severity) == ("memory-budget", "warn")
+    assert found.detail["ranks"] == "0,1,2,3"
+    assert all(8 * GIB < b.headroom < 10 * GIB for b in verdict.lane_budgets(PRODUCTION))
     assert verdict.lane_violations(NIGHTLY) == []
 
 
