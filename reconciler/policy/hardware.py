@@ -32,16 +32,16 @@ FRACTION_UNITS = ("fraction", "ratio")
 
 @dataclass(frozen=True)
 class Capacity:
-    """One profile's figures: bytes, and the boot cap as a fraction."""
+    """One profile's figures: bytes, and the boot cap as a fraction.
+
+    What an engine's budget is a fraction of depends on the engine (engine_memory.py); budget.py does that.
+    """
 
     profile: str
     memory_total: int
     torch_visible: int
     boot_free: int
     max_boot_utilization: float
-
-    def budget(self, utilization: float) -> int:
-        return int(utilization * self.torch_visible)
 
     @property
     def boot_cap(self) -> int:

@@ -238,8 +238,8 @@ def _check_request(
         host=host,
         message=(
             f"{flag} {util:.2f} asks for {asked / GIB:.1f} GiB per rank ({util:.2f} x {total / GIB:.1f} GiB total) "
-            f"but {free / GIB:.1f} GiB is free at boot on {host} ({source}); {lane.engine} compares the request with "
-            f"free memory (on GB10 the OS's MemAvailable, which page cache lowers) and refuses to start: lower "
+            f"but {free / GIB:.1f} GiB is free at boot on {host} ({source}); {_who(lane.engine)} compares the "
+            "request with free memory (on GB10 the OS's MemAvailable) and refuses to start: lower "
             f"gpu_memory_utilization to {fitting:.2f} or free memory before start"
         ),
         detail={
@@ -254,6 +254,10 @@ def _check_request(
             "torch_visible_gib": gib(total),
         },
     )
+
+
+def _who(engine: str) -> str:
+    return "vLLM" if engine == "vllm" else f"{engine} (read as vLLM: it publishes no memory semantics)"
 
 
 def _check_remainder(
