@@ -139,8 +139,10 @@ def human_int(text: str) -> int | None:
     match = _HUMAN.fullmatch(text)
     if match:
         number, suffix = match.groups()
-        scale = _DECIMAL.get(suffix) or _BINARY[suffix]
-        return int(float(number) * scale)
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        return int(number) * _BINARY[suffix] if number.isdigit() else None  # vLLM refuses '1.5G'
+    # vLLM takes any int() here; a negative or signed size is not one lanes can budget.
     return int(text) if text.isdigit() else None
 
 
