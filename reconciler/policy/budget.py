@@ -246,6 +246,7 @@ def lane_budget(
                 boot_free=boot.bytes,
                 boot_free_origin=boot.origin,
                 boot_free_source=boot.source,
+                observed_at=boot.observed_at,
                 overhead_inside=sem.covers_overhead,
                 remainder=0 if sem.covers_overhead else figures.base_bytes - figures.budget,
                 drafter=drafter,

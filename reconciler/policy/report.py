@@ -37,6 +37,7 @@ class BootFreeFigure(_Strict):
     bytes: int
     origin: Origin
     source: str
+    observed_at: float | None = Field(description="epoch seconds (the host's clock) the probe read it, if observed")
 
 
 class RankFigures(_Strict):

@@ -87,6 +87,8 @@ class RankBudget:
     """Free memory a boot on this host would see (the engines' start check compares with it)."""
     boot_free_origin: str = "profile"
     boot_free_source: str = ""
+    observed_at: float | None = None
+    """When the probe read the free memory the figures used (epoch seconds, the host's clock), if observed."""
     overhead_inside: bool = True
     remainder: int = 0
     """Bytes of the boot figure outside the budget (SGLang: activations and CUDA graphs live there)."""
@@ -131,6 +133,7 @@ class RankBudget:
                 "bytes": self.boot_free,
                 "origin": self.boot_free_origin,
                 "source": self.boot_free_source,
+                "observed_at": self.observed_at,
             },
             "capacity": self.capacity,
             "floor": self.floor,

@@ -99,3 +99,7 @@ def test_observations_become_boot_figures_only_on_idle_hosts() -> None:
     for rank in verdict.budgets:
         assert (rank.base_bytes, rank.base_origin) == (99 * GIB, "observed")
         assert rank.budget == int(0.8 * 99 * GIB)
+    report = CheckReport.model_validate(json.loads(json.dumps(verdict.to_json())))
+    r0, r1 = report.budgets["l"].ranks
+    assert (r0.boot_free.origin, r0.boot_free.observed_at) == ("observed", 1_700_000_000.0)
+    assert (r1.boot_free.origin, r1.boot_free.observed_at) == ("profile", None)  # h1 was busy
