@@ -49,7 +49,11 @@ def _fitting_dcp(plan: LaneBudget, params: BudgetParams, stage: int, room: int) 
     """The smallest dcp above the lane's that divides tp and whose KV fits `room`."""
     lane = plan.lane
     for dcp in range(lane.dcp + 1, lane.tp + 1):
-        if lane.tp % dcp == 0 and _variant(plan, params, dcp=dcp).stage(stage, lane.max_model_len).total <= room:
+        if lane.tp % dcp:
+            continue
+        variant = _variant(plan, params, dcp=dcp)
+        # An engine that refuses the shape (vLLM: DCP with sliding-window layers, kv.py) is no lever.
+        if not variant.refusals and variant.stage(stage, lane.max_model_len).total <= room:
             return dcp
     return None
 

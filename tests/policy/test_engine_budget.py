@@ -290,3 +290,13 @@ def test_sglang_next_to_vllm_must_fit_in_either_start_order() -> None:
     detail = sharing[0].detail
     assert detail["sum_takes"] == 40 * GIB + 10 * GIB + KV_1000 + SGLANG_OVERHEAD
     assert "started first, SGLang lane s takes --mem-fraction-static 0.80" in sharing[0].message
+
+
+def test_dcp_is_not_offered_where_the_engine_refuses_it() -> None:
+    # The lane of test_mla_deny_names_dcp_not_tp_once_for_all_ranks with half its layers sliding-window: vLLM
+    # refuses DCP with sliding-window layers (kv.py), so dcp is no lever there.
+    arch = mla(layers=40, sliding_window=128, sliding_window_layers=20)
+    verdict = run(engine="vllm", arch=arch, tp=4, weight_bytes=60 * GIB, max_model_len=2_000_000)
+    [deny] = found(verdict)
+    assert "raise dcp" not in deny.message and "fitting_dcp" not in deny.detail
+    assert "raise pp" in deny.message
