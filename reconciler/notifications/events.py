@@ -202,13 +202,15 @@ def regression_event(
     """An evidence commit flagged a throughput regression against the lane's previous evidence."""
     comparison = ev.get("comparison") or {}
     worse = "; ".join(str(x) for x in (comparison.get("regressions") or [])[:3]) or "throughput below the baseline"
+    # The commit a cycle applied may be a later one than the change (evidence commits land on top of a
+    # person's push), so the message points at the lane's history for the change rather than naming it.
     return Event(
         "evidence.regression",
-        f"lanes: {lane} got slower at {commit[:12]}",
-        f"The benchmark after commit {commit[:12]} measured a regression on lane {lane}: {worse} "
-        f"(evidence commit {evidence_commit[:12]}).",
-        f"compare with `lanes history {lane}`; if the change is to blame, revert it (`git revert {commit[:12]}`) "
-        "and push",
+        f"lanes: {lane} got slower (benchmark at {commit[:12]})",
+        f"The benchmark of lane {lane} at commit {commit[:12]} measured a regression against its previous "
+        f"evidence: {worse} (evidence commit {evidence_commit[:12]}).",
+        f"find the change that did it with `lanes history {lane}`; if it is to blame, revert it "
+        "(`git revert <that commit>`) and push",
         commit=commit,
         lanes=(lane,),
         labels=_lane_labels(desired, lane),

@@ -26,7 +26,8 @@ def test_a_regression_names_the_metrics_and_the_revert() -> None:
     ev: dict[str, Any] = {"regression": True, "comparison": {"regressions": ["tg128 c1: 52.9 -> 41.0 t/s (-22.5%)"]}}
     e = regression_event(PRODUCTION, SHA, "e" * 40, ev, desired)
     assert e.key == ("evidence.regression", PRODUCTION, SHA)
-    assert "tg128 c1: 52.9 -> 41.0 t/s (-22.5%)" in e.what and f"git revert {SHA[:12]}" in e.action
+    assert "tg128 c1: 52.9 -> 41.0 t/s (-22.5%)" in e.what and SHA[:12] in e.what
+    assert f"lanes history {PRODUCTION}" in e.action and "git revert" in e.action
     assert e.labels["role"] == frozenset({"production"})  # from dgx1..dgx4's labels: routed by label
 
 

@@ -1,0 +1,77 @@
+"""An evidence regression through the real daemon process: with [bench] on, production's engine is replaced by one
+that generates half as fast; the daemon's benchmark against the previous evidence flags it, and the receiver is
+told which lane got slower at which commit, and how to undo it."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from tests.support.example import EUGR, PROD_REPO, PRODUCTION, example_state, fast, fast_files, loaded
+from tests.support.receivers import Receivers
+from tests.support.sparks import loopback
+from tests.support.waiting import wait_for
+from tests.support.world import World, world_over
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+_salt = itertools.count(941)
+QUICK = {"bench_profile": "quick"}
+
+
+def evidence_files(w: World) -> dict[str, bytes]:
+    """The evidence the daemon committed so far (a person's next commit keeps it, as a pull would)."""
+    git = w.repo.repo
+    tree = git[git.references["refs/heads/main"].target].peel(pygit2.Tree)
+    out: dict[str, bytes] = {}
+
+    def walk(t: pygit2.Tree, prefix: str) -> None:
+        for entry in t:
+            obj = git[entry.id]
+            if isinstance(obj, pygit2.Tree):
+                walk(obj, f"{prefix}{entry.name}/")
+            elif isinstance(obj, pygit2.Blob):
+                out[f"{prefix}{entry.name}"] = obj.data
+
+    if "evidence" in tree:
+        walk(git[tree["evidence"].id].peel(pygit2.Tree), "evidence/")
+    return out
+
+
+def lane_evidence(w: World, lane: str) -> list[str]:
+    return [p for p in evidence_files(w) if p.startswith(f"evidence/{lane}/") and p.endswith(".json")]
+
+
+async def test_a_slower_engine_is_told_as_an_evidence_regression(tmp_path: Path) -> None:
+    receivers = Receivers("unused")
+    try:
+        async with world_over(
+            loaded(fast(example_state())), tmp_path, tmp_path / "simwork", loopback(next(_salt))
+        ) as w:
+            start = w.commit("fleet, benchmarked", {PRODUCTION: QUICK, EUGR: QUICK})
+            hook = f'[notifications.receivers.ops]\nurl = "json://{receivers.hostport}/hook/ops"\n'
+            d = w.add_daemon("daemon", log_level="info", extra=hook)
+            d.config.write_text(d.config.read_text() + "[bench]\nenabled = true\n")
+            await d.start()
+            await w.deployed(start)
+            await wait_for(lambda: bool(lane_evidence(w, PRODUCTION)), 120, "production's first evidence")
+            assert not receivers.got  # a first measurement has nothing to regress from
+
+            slow = w.fleet.registry.add(f"{PROD_REPO}:slow", env={"STANDIN_TG_TPS": "20", "STANDIN_LOAD_S": "0.5"})
+            files = {**fast_files(**{PRODUCTION: {**QUICK, "image": slow.pinned}, EUGR: QUICK}), **evidence_files(w)}
+            change = w.repo.commit(files, "production: the slow build")
+            await wait_for(lambda: len(lane_evidence(w, PRODUCTION)) == 2, 120, "production's evidence of the change")
+            await wait_for(lambda: bool(receivers.got), 30, "the regression told")
+            assert await d.stop() == 0
+        (told,) = receivers.got
+        # At the change, or at an evidence commit of the other lane that landed on top of it.
+        measured = told.text.split("got slower (benchmark at ")[1][:12]
+        assert measured == change[:12] or w.repo.repo.descendant_of(
+            w.repo.repo.revparse_single(measured).id, pygit2.Oid(hex=change)
+        ), told.text
+        assert f"lanes history {PRODUCTION}" in told.text and "git revert" in told.text
+        assert "tg" in told.text  # the metric that regressed is named
+    finally:
+        receivers.close()
