@@ -32,12 +32,14 @@ class Event:
     """The labels of the hosts involved, key -> values, for routing."""
     severity: str = "warning"
     """Apprise's notify type: info, success, warning or failure."""
+    episode: str = ""
+    """Tells apart two occurrences at one commit that are not repeats (a host down, back, and down again)."""
 
     @property
     def key(self) -> tuple[str, str, str]:
         """(kind, subject, commit): the same event again is a repeat."""
         subject = self.host or ",".join(self.lanes) or "-"
-        return (self.kind, subject, self.commit or "-")
+        return (self.kind, subject + (f"#{self.episode}" if self.episode else ""), self.commit or "-")
 
     def body(self) -> str:
         lines = [self.what]
@@ -151,8 +153,9 @@ class HostWatch:
     """Which hosts answered the last probe, so a host is reported when it stops answering and when it is back."""
 
     def __init__(self) -> None:
-        self.down: dict[str, str] = {}
-        self.seen: set[str] = set()
+        self.down: dict[str, tuple[str, int]] = {}
+        """Hosts not answering: the reason, and the number of their outage."""
+        self.outages = 0
 
     def events(self, result: CycleResult, desired: DesiredState) -> list[Event]:
         events = []
@@ -160,7 +163,8 @@ class HostWatch:
             lanes = tuple(sorted(n for n, lane in desired.lanes.items() if name in lane.hosts))
             labels = _labels(desired, (name,))
             if not host.reachable and name not in self.down:
-                self.down[name] = host.error or "no answer"
+                self.outages += 1
+                self.down[name] = (host.error or "no answer", self.outages)
                 held = f" Lanes held until it answers: {', '.join(lanes)}." if lanes else ""
                 events.append(
                     Event(
@@ -174,10 +178,11 @@ class HostWatch:
                         host=name,
                         labels=labels,
                         severity="failure",
+                        episode=str(self.outages),
                     )
                 )
             elif host.reachable and name in self.down:
-                was = self.down.pop(name)
+                was, outage = self.down.pop(name)
                 events.append(
                     Event(
                         "host.back",
@@ -190,9 +195,9 @@ class HostWatch:
                         host=name,
                         labels=labels,
                         severity="success",
+                        episode=str(outage),
                     )
                 )
-            self.seen.add(name)
         return events
 
 

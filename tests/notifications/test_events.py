@@ -52,3 +52,7 @@ def test_a_host_is_told_once_when_it_stops_answering_and_once_when_it_is_back() 
     assert watch.events(_cycle({"dgx5": False}), desired) == []  # still down: nothing new
     back = watch.events(_cycle({"dgx5": True}), desired)
     assert [(e.kind, e.host) for e in back] == [("host.back", "dgx5")]
+    # Down again at the same commit: a new outage, not a repeat of the first one.
+    again = watch.events(_cycle({"dgx5": False}), desired)
+    assert [e.kind for e in again] == ["host.unreachable"] and again[0].key != down[0].key
+    assert back[0].key[1] == down[0].key[1] == "dgx5#1" and again[0].key[1] == "dgx5#2"
