@@ -102,18 +102,22 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int, float]]:
 
 
 @pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    backend = local_setuptools()
-    if backend is None:
-        pytest.skip("no local setuptools>=70.1 wheel in pip's configured find-links or file:// index (offline build)")
+def wheelhouse(clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not SYSTEM_PYTHON.is_file():
         pytest.skip(f"{SYSTEM_PYTHON} is missing (the install needs a system Python)")
     if subprocess.run([SYSTEM_PYTHON, "-c", "import ensurepip, venv"], check=False, timeout=60).returncode:
         pytest.skip(f"{SYSTEM_PYTHON} has no venv module (apt install python3-venv)")
     out = tmp_path_factory.mktemp("wheelhouse")
-    for dist in requirement_closure("spark-lanes"):
+    backend = local_setuptools(out)
+    if backend is None:
+        pytest.skip(
+            "no setuptools>=70.1 here to build the wheel offline: neither installed in this environment nor a "
+            "wheel in pip's configured find-links or file:// index"
+        )
+    if backend.parent != out:
+        shutil.copy(backend, out)
+    for dist in requirement_closure(clone / "pyproject.toml"):
         repack(dist, out)
-    shutil.copy(backend, out)
     return out
 
 

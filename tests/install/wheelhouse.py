@@ -3,8 +3,9 @@
 lanes' dependencies are repacked as wheels from the distributions installed in the environment running
 the tests (their RECORD lists every file), so `scripts/install --wheelhouse` resolves them with pip exactly
 as it would from wheels downloaded on a connected machine. The build backend (setuptools 70.1 or newer,
-which builds wheels without the `wheel` package) comes from a local wheel that pip's own configuration
-points to (a find-links folder or a file:// index), or the tests that build are skipped with the reason.
+which builds wheels without the `wheel` package) is the one installed here when it is new enough, else a
+local wheel that pip's own configuration points to (a find-links folder or a file:// index), else the
+tests that build are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hashlib
 import re
 import subprocess
 import sys
+import tomllib
 import urllib.parse
 import urllib.request
 import zipfile
@@ -31,10 +33,14 @@ SKIPPED_METADATA = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json"}
 """What pip writes at install time, not part of a wheel."""
 
 
-def requirement_closure(name: str) -> list[Distribution]:
-    """The installed distributions `name` needs, transitively (extras off), without `name` itself."""
+def requirement_closure(pyproject: Path) -> list[Distribution]:
+    """The installed distributions a project's dependencies need, transitively (extras off).
+
+    The roots come from pyproject.toml, not from the project's installed metadata, which an editable
+    install leaves as it was when it was made."""
     seen: dict[str, Distribution] = {}
-    todo = list(distribution(name).requires or [])
+    todo = list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+    name = pyproject.parent.name
     while todo:
         req = Requirement(todo.pop())
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
@@ -95,8 +101,15 @@ def _pip_sources() -> list[str]:
     return sources
 
 
-def local_setuptools() -> Path | None:
-    """A setuptools wheel new enough to build lanes, from a local source pip is configured with."""
+def local_setuptools(out: Path) -> Path | None:
+    """A setuptools wheel new enough to build lanes: the one running here, repacked into `out`, or one from a
+    local source pip is configured with."""
+    try:
+        here = distribution("setuptools")
+    except PackageNotFoundError:
+        here = None
+    if here is not None and Version(here.version) >= SETUPTOOLS_MIN:
+        return repack(here, out)
     found: list[Path] = []
     for source in _pip_sources():
         if source.startswith("file://"):
