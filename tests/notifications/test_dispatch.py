@@ -14,6 +14,8 @@ from reconciler.notifications.dispatch import Bucket, Dispatcher
 from reconciler.notifications.events import Event, refused_event
 from reconciler.notifications.receivers import ReceiverError
 from reconciler.notifications.settings import NotificationSettings, ReceiverSettings
+from reconciler.upstream.proposals import ProposalOutcome
+from tests.support.example import EUGR, example_state
 from tests.support.receivers import Blackhole, Receivers
 
 pytestmark = pytest.mark.timeout(60)
@@ -154,3 +156,22 @@ async def test_the_hub_does_nothing_without_receivers_and_routes_with_them(recei
     text = receivers.got[0].text
     assert f'lanes allow-rewind {"c" * 40} --reason "..."' in text
     assert refused_event("c" * 40, "not signed by an allowed signer").action.startswith("sign the commit")
+
+
+async def test_only_an_opened_proposal_is_told(receivers: Receivers) -> None:
+    hub.start(settings(all=f"json://{receivers.hostport}/hook/all"))
+    try:
+        desired = example_state()
+        branch = f"lanes/proposals/{EUGR}/0.33.0"
+        hub.on_proposal(ProposalOutcome(lane=EUGR, action="exists", version="0.33.0"), "c" * 40, desired)
+        hub.on_proposal(
+            ProposalOutcome(lane=EUGR, action="opened", version="0.33.0", branch=branch, pr_url="http://forge/pr/9"),
+            "c" * 40,
+            desired,
+        )
+        await until(lambda: len(receivers.got) == 1)
+        await asyncio.sleep(0.2)  # nothing else comes
+    finally:
+        await hub.stop()
+    (told,) = receivers.got
+    assert "http://forge/pr/9" in told.text and f"lanes check --rev {branch}" in told.text
