@@ -20,9 +20,12 @@ is read first, the outer config fills what it lacks):
   layers whose cache the engines do not allocate), sliding_window,
   index_head_dim;
 - layer_types: 'sliding_attention' layers count as sliding_window_layers,
-  'linear_attention' (or mamba) layers as linear_layers; without
-  layer_types, full_attention_interval k means every k-th layer is full
-  attention and the others linear (Qwen3-Next);
+  'linear_attention' (or mamba) layers as linear_layers, and the list
+  itself (full / sliding / linear) says which pipeline stage holds which;
+  without layer_types, full_attention_interval k means layer i is full
+  attention when (i + 1) % k == 0 and linear otherwise (Qwen3-Next);
+- vocab_size and tie_word_embeddings: the embedding and LM head, which
+  the engines place on the first and last pipeline stage;
 - the recurrent state of a linear (gated delta net) layer, per sequence:
   conv state (linear_conv_kernel_dim - 1) x (2 x linear_num_key_heads x
   linear_key_head_dim + linear_num_value_heads x linear_value_head_dim) x
@@ -126,20 +129,45 @@ def _quantization(cfg: _Config, notes: list[str]) -> str:
     return "bf16"
 
 
-def _layer_kinds(cfg: _Config, layers: int, notes: list[str]) -> tuple[int, int]:
-    """(sliding layers, linear layers)."""
+def _kind(name: str) -> str | None:
+    """A config's layer type as the model file spells it, or None for one lanes cannot size."""
+    name = name.lower()
+    if "sliding" in name:
+        return "sliding"
+    if "linear" in name or "mamba" in name:
+        return "linear"
+    if name in {"full_attention", "attention", "full"}:
+        return "full"
+    return None
+
+
+def _layer_kinds(cfg: _Config, layers: int, notes: list[str]) -> tuple[int, int, list[str] | None]:
+    """(sliding layers, linear layers, every layer's kind in order when the config says it)."""
     types = cfg.get("layer_types")
     if isinstance(types, list):
-        kinds = [str(t).lower() for t in types[:layers]]
-        sliding = sum(1 for t in kinds if "sliding" in t)
-        linear = sum(1 for t in kinds if "linear" in t or "mamba" in t)
-        return sliding, linear
+        raw = [str(t) for t in types[:layers]]
+        kinds = [_kind(t) for t in raw]
+        sliding = kinds.count("sliding")
+        linear = kinds.count("linear")
+        unknown = sorted({t for t, k in zip(raw, kinds, strict=True) if k is None})
+        if unknown:
+            notes.append(f"layer_types {', '.join(unknown)} not known: sized as full layers, layers not placed")
+            return sliding, linear, None
+        if len(kinds) < layers:
+            notes.append(f"layer_types lists {len(kinds)} of {layers} layers: layers not placed")
+            return sliding, linear, None
+        return sliding, linear, [k for k in kinds if k is not None]
     interval = cfg.integer("full_attention_interval")
     if interval and interval > 1:
-        linear = layers - layers // interval
-        notes.append(f"no layer_types: full_attention_interval {interval} read as {linear} linear layers")
-        return 0, linear
-    return 0, 0
+        # Qwen3-Next / Qwen3.5 (transformers' configs): layer i is full attention when (i + 1) % interval == 0.
+        placed = ["full" if (i + 1) % interval == 0 else "linear" for i in range(layers)]
+        linear = placed.count("linear")
+        notes.append(
+            f"no layer_types: full_attention_interval {interval} read as {linear} linear layers, "
+            f"every {interval}th layer full attention"
+        )
+        return 0, linear, placed
+    return 0, 0, None
 
 
 def _linear_state(cfg: _Config, notes: list[str]) -> int:
@@ -291,7 +319,7 @@ def model_from_checkpoint(
     window = cfg.integer("sliding_window")
     if window and cfg.get("use_sliding_window") is not False:
         arch["sliding_window"] = window
-    sliding, linear = _layer_kinds(cfg, layers, notes)
+    sliding, linear, kinds = _layer_kinds(cfg, layers, notes)
     if sliding:
         arch["sliding_window_layers"] = sliding
         if "sliding_window" not in arch:
@@ -301,12 +329,20 @@ def model_from_checkpoint(
     if linear:
         arch["linear_layers"] = linear
         arch["linear_state_bytes"] = _linear_state(cfg, notes)
+    if kinds is not None and ratios is None and set(kinds) != {"full"}:
+        arch["layer_types"] = kinds
     index_dim = cfg.integer("index_head_dim")
     if index_dim:
         arch["index_head_dim"] = index_dim
     max_pos = cfg.integer("max_position_embeddings")
     if max_pos:
         arch["max_position_embeddings"] = max_pos
+    vocab = cfg.integer("vocab_size")
+    if vocab:
+        arch["vocab_size"] = vocab
+    tied = cfg.get("tie_word_embeddings")
+    if isinstance(tied, bool):
+        arch["tie_word_embeddings"] = tied
     repo = hf_repo
     if repo is None:
         guess = str(config.get("_name_or_path") or "")

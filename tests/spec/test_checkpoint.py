@@ -160,6 +160,7 @@ def test_hybrid_linear_attention(tmp_path: Path) -> None:
     assert (arch.linear_layers, arch.kv_heads, arch.head_dim) == (6, 2, 256)
     # conv: (4 - 1) x (2 x 16 x 128 + 32 x 128) x 2 B; SSM: 32 x 128 x 128 x 4 B.
     assert arch.linear_state_bytes == 3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 4
+    assert arch.layer_types == ("linear", "linear", "linear", "full") * 2
     roundtrip(spec, notes)
 
 
@@ -178,7 +179,12 @@ def test_hybrid_from_full_attention_interval(tmp_path: Path) -> None:
     }
     spec, notes = facts(write_checkpoint(tmp_path / "q", config))
     assert spec.architecture.linear_layers == 36
+    # As transformers' Qwen3-Next config places them: layers 3, 7, ..., 47 are full attention.
+    layer_types = spec.architecture.layer_types
+    assert layer_types is not None
+    assert [i for i, kind in enumerate(layer_types) if kind == "full"] == list(range(3, 48, 4))
     assert any("float32" in n for n in notes)
+    roundtrip(spec, notes)
 
 
 def test_sliding_window_layers_from_layer_types(tmp_path: Path) -> None:
@@ -193,6 +199,29 @@ def test_sliding_window_layers_from_layer_types(tmp_path: Path) -> None:
     }
     spec, _ = facts(write_checkpoint(tmp_path / "oss", config))
     assert (spec.architecture.sliding_window, spec.architecture.sliding_window_layers) == (128, 2)
+    assert spec.architecture.layer_types == ("sliding", "full") * 2
+
+
+def test_a_layer_type_lanes_does_not_know_places_nothing(tmp_path: Path) -> None:
+    config = {
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "layer_types": ["full_attention", "chunked_attention"],
+    }
+    spec, notes = facts(write_checkpoint(tmp_path / "odd", config))
+    assert spec.architecture.layer_types is None
+    assert any("chunked_attention not known" in n for n in notes)
+
+
+def test_vocabulary_and_tied_head_are_read(tmp_path: Path) -> None:
+    config = {**GLM_LIKE, "vocab_size": 154880, "tie_word_embeddings": False}
+    spec, notes = facts(write_checkpoint(tmp_path / "glm", config))
+    assert (spec.architecture.vocab_size, spec.architecture.tie_word_embeddings) == (154880, False)
+    tied, _ = facts(write_checkpoint(tmp_path / "tied", {**config, "tie_word_embeddings": True}))
+    assert tied.architecture.tie_word_embeddings
+    roundtrip(spec, notes)
 
 
 def test_vl_model_reads_text_config(tmp_path: Path) -> None:
