@@ -13,6 +13,7 @@ KV at L/2) / (L/2), so sliding-window caches, which stop growing at the
 window, and recurrent states, which never grow, are not spread over it.
 
     .venv/bin/python bench/memory_vs_sparkrun.py [--context 131072] [--tp 4] [--markdown]
+    .venv/bin/python bench/memory_vs_sparkrun.py --fleet [--markdown]   # the example fleet's verdicts
 """
 
 from __future__ import annotations
@@ -160,12 +161,39 @@ def render(rows: list[dict[str, Any]], tp: int, context: int, markdown: bool) ->
     return "\n".join(lines)
 
 
+def fleet(markdown: bool) -> str:
+    """The example fleet in state/, as `lanes check` judges it: each lane's tightest rank and its findings."""
+    files = repo_files()
+    for path in (REPO / "state").rglob("*.yaml"):
+        files[path.relative_to(REPO).as_posix()] = path.read_bytes()
+    desired = load_desired(files, "example")
+    verdict = evaluate(desired, load_policies(files))
+    cols = ["lane", "state", "engine, shape", "weights", "KV", "overhead", "need", "budget", "headroom", "pool",
+            "findings"]  # fmt: skip
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] if markdown else ["  ".join(cols)]
+    for name, lane in sorted(desired.lanes.items()):
+        worst = min(verdict.lane_budgets(name), key=lambda b: b.headroom)
+        found = sorted({f"{v.severity} {v.rule}" for v in verdict.lane_violations(name)})
+        shape = f"{lane.engine}, tp {lane.tp} x pp {lane.pp}, {lane.max_model_len:,} tokens"
+        shape += f", {worst.flag} {worst.utilization}"
+        inside = "" if worst.overhead_inside else " (outside)"
+        cells = [name, lane.desired, shape, _gib(worst.weights), _gib(worst.kv_min), _gib(worst.overhead) + inside,
+                 _gib(worst.need), _gib(worst.budget), _gib(worst.headroom), _gib(worst.pool),
+                 ", ".join(found) or "none"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=131072)
     parser.add_argument("--tp", type=int, default=4)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--fleet", action="store_true", help="the example fleet's verdicts instead")
     args = parser.parse_args()
+    if args.fleet:
+        print(fleet(args.markdown))
+        return
     print(render(table(args.tp, args.context), args.tp, args.context, args.markdown))
 
 
