@@ -62,10 +62,13 @@ class _Receiver:
 
 
 class Dispatcher:
-    def __init__(self, settings: NotificationSettings, *, sender: SendFn = send, threads: int = 4) -> None:
+    def __init__(self, settings: NotificationSettings, *, sender: SendFn = send) -> None:
         self.settings = settings
         self.sender = sender
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="lanes-notifications")
+        # A thread per receiver: each sends one message at a time, so a hanging one holds only its own.
+        self.pool = ThreadPoolExecutor(
+            max_workers=max(1, len(settings.receivers)), thread_name_prefix="lanes-notifications"
+        )
         self.seen: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self.receivers = {
             name: _Receiver(name, r, asyncio.Queue(settings.queue_size), Bucket(r.rate_per_minute))

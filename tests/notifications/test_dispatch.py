@@ -175,3 +175,19 @@ async def test_only_an_opened_proposal_is_told(receivers: Receivers) -> None:
         await hub.stop()
     (told,) = receivers.got
     assert "http://forge/pr/9" in told.text and f"lanes check --rev {branch}" in told.text
+
+
+async def test_many_hanging_receivers_hold_up_none_of_the_others(receivers: Receivers) -> None:
+    hole = Blackhole()
+    hanging = {f"hangs{i}": f"json://{hole.hostport}/hook" for i in range(6)}
+    d = Dispatcher(settings(**hanging, hook=f"json://{receivers.hostport}/hook/a"))
+    d.start()
+    try:
+        t0 = time.monotonic()
+        d.publish([event()])
+        await until(lambda: len(receivers.got) == 1)
+        assert time.monotonic() - t0 < 0.9  # before any hanging send's 1 s timeout ran out
+        await until(lambda: hole.accepted >= 6)  # all six were being sent to at once
+    finally:
+        await d.close(grace_s=0.1)
+        hole.close()
