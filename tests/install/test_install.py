@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -233,6 +234,45 @@ def test_the_installed_lanes_runs_from_its_own_environment(staged: Staged) -> No
     # On the system Python, not the one running the tests (a pyenv or venv Python would hide under /root).
     assert os.path.realpath(venv / "bin" / "python") == os.path.realpath(SYSTEM_PYTHON)
     assert lanes(staged, "--help").returncode == 0
+
+
+UNSHARE = shutil.which("unshare")
+
+
+@pytest.mark.skipif(
+    UNSHARE is None or os.geteuid() != 0, reason="needs root and unshare(1) for a private mount namespace"
+)
+def test_the_installed_lanes_runs_at_its_final_path_with_the_homes_hidden(staged: Staged) -> None:
+    """What the unit gives it: the tree at /opt/lanes, read-only (ProtectSystem=strict), and /home, /root and
+    /run/user empty (ProtectHome=). A private mount namespace shows exactly that to the commands run in it,
+    while this machine's /opt, /home and /root stay as they are (the mounts live and die with the namespace)."""
+    assert UNSHARE is not None
+    example = staged.path("/etc/lanes/reconciler.toml.example")
+    script = f"""
+        mount -t tmpfs tmpfs /opt
+        mkdir {PREFIX}
+        mount --bind {shlex.quote(str(staged.path(PREFIX)))} {PREFIX}
+        mount -o remount,bind,ro {PREFIX}
+        for home in /home /root /run/user; do
+            if [ -d "$home" ]; then mount -t tmpfs -o ro,mode=000 tmpfs "$home"; fi
+        done
+        cd /
+        {PREFIX}/bin/lanes --version
+        {PREFIX}/bin/lanes config check --systemd --config {shlex.quote(str(example))} >/dev/null
+        {PREFIX}/bin/lanes check --repo {shlex.quote(str(staged.clone))} --json
+    """
+    result = subprocess.run(
+        [UNSHARE, "--mount", "--propagation", "private", "sh", "-ec", script],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/var/lib/lanes", "LANG": "C.UTF-8"},
+        check=False,
+    )
+    first_line, _, rest = result.stdout.partition("\n")
+    assert first_line.startswith("lanes "), result.stdout + result.stderr
+    assert result.returncode in (0, 1), result.stdout + result.stderr  # check: 1 is a deny, still a verdict
+    assert "commit" in json.loads(rest), rest
 
 
 def test_the_installed_lanes_says_its_version(staged: Staged) -> None:
