@@ -2,7 +2,7 @@
 
 `publish` only puts the event on queues (never waits, never raises). Each
 receiver's worker takes its messages in order, waits for its rate limit (a
-token bucket), and sends in the dispatcher's own threads with a timeout,
+token bucket), and sends in a thread of its own with a timeout,
 retrying with doubling backoff; a message that still fails is logged and
 given up. A full queue drops its oldest message (logged), so a receiver that
 is down for hours costs a bounded amount of memory. A repeat (same kind,
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -32,6 +33,37 @@ SEEN_MAX = 10_000
 """Event keys remembered at most (oldest forgotten first), whatever the window."""
 
 SendFn = Callable[[ReceiverSettings, str, str, str, float], None]
+
+
+async def in_thread(fn: Callable[..., None], *args: Any) -> None:
+    """`fn(*args)` in a thread of its own, awaited; a daemon thread, so a send that hangs never delays the exit.
+
+    Not the loop's default executor (the daemon's fetches and git notes use it) nor a pool: a pool's
+    threads are joined at interpreter exit, so one receiver hanging would hold up the daemon's stop.
+    Each receiver sends one message at a time, so a hanging receiver holds one thread, its own.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():  # the awaiting task was cancelled (the daemon stops)
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to the awaiting task, which logs it and goes on
+            error = exc if isinstance(exc, Exception) else ReceiverError(type(exc).__name__)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=run, name="lanes-notification", daemon=True).start()
+    await done
 
 
 class Bucket:
@@ -65,10 +97,6 @@ class Dispatcher:
     def __init__(self, settings: NotificationSettings, *, sender: SendFn = send) -> None:
         self.settings = settings
         self.sender = sender
-        # A thread per receiver: each sends one message at a time, so a hanging one holds only its own.
-        self.pool = ThreadPoolExecutor(
-            max_workers=max(1, len(settings.receivers)), thread_name_prefix="lanes-notifications"
-        )
         self.seen: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self.receivers = {
             name: _Receiver(name, r, asyncio.Queue(settings.queue_size), Bucket(r.rate_per_minute))
@@ -121,12 +149,9 @@ class Dispatcher:
 
     async def _deliver(self, r: _Receiver, event: Event) -> None:
         s = self.settings
-        loop = asyncio.get_running_loop()
         for attempt in range(1, s.attempts + 1):
             try:
-                await loop.run_in_executor(
-                    self.pool, self.sender, r.settings, event.title, event.body(), event.severity, s.timeout_s
-                )
+                await in_thread(self.sender, r.settings, event.title, event.body(), event.severity, s.timeout_s)
             except ReceiverError as exc:
                 error = str(exc)
             except Exception as exc:  # a receiver's failure, however odd, never reaches the daemon
@@ -153,4 +178,3 @@ class Dispatcher:
                 r.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await r.task
-        self.pool.shutdown(wait=False, cancel_futures=True)

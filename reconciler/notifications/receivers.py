@@ -102,7 +102,14 @@ def _apprise(url: str) -> Any:
         import apprise
 
         # Memory only: Apprise's persistent store (Matrix logins, room ids) would otherwise want a folder.
-        asset = apprise.AppriseAsset(storage_mode=apprise.PersistentStoreMode.MEMORY)
+        # In this thread: by default Apprise 2.x runs every send in one process-wide pool of cpu+4 threads
+        # under a 60 s service timeout (apprise/apprise.py get_shared_executor, _notify_sequential), so six
+        # hanging receivers on a 2-core host starved every other one, and its pool's threads hold up the
+        # exit; async_mode=False with no service timeout sends in the calling thread (the dispatcher's,
+        # one per send), bounded by the cto/rto timeouts of the URL.
+        asset = apprise.AppriseAsset(
+            storage_mode=apprise.PersistentStoreMode.MEMORY, async_mode=False, service_timeout=0
+        )
         apobj = apprise.Apprise(asset=asset)
         if not apobj.add(url):
             raise ReceiverError("Apprise does not understand its url")
