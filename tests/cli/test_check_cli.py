@@ -134,7 +134,7 @@ def mutate(data: bytes, how: str, path: str, salt: int) -> bytes:
     if how == "wrong-type":
         if b"\naddress:" in b"\n" + data:
             return re.sub(rb"(?m)^address: .*$", b"address: [1, 2]", data)
-        if b"weight_bytes:" in data:
+        if re.search(rb"(?m)^weight_bytes:", data):  # not a lane's offloaded_weight_bytes
             return re.sub(rb"(?m)^weight_bytes: .*$", b"weight_bytes: lots", data)
         if b"gpu_memory_utilization:" in data:
             return re.sub(rb"(?m)^gpu_memory_utilization: .*$", b"gpu_memory_utilization: high", data)
