@@ -122,6 +122,7 @@ class Dispatcher:
                     continue
                 if r.queue.full():
                     old = r.queue.get_nowait()
+                    r.queue.task_done()  # it will never be worked on: `close` must not wait for it
                     self.dropped += 1
                     log.warning("notification.dropped", receiver=r.name, kind=old.kind, reason="queue full")
                 r.queue.put_nowait(event)

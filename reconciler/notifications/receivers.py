@@ -1,9 +1,10 @@
 """One message to one receiver, through Apprise, in a worker thread.
 
 Apprise (https://github.com/caronc/apprise) speaks each service's webhook
-and API; it is synchronous (requests), so a send runs in the dispatcher's own
-thread pool, never on the daemon's loop or its default executor. Apprise is
-imported on the first send: a daemon without receivers never loads it.
+and API; it is synchronous (requests), so a send runs in a thread of its own
+(`reconciler.notifications.dispatch.in_thread`), never on the daemon's loop
+or its default executor. Apprise is imported on the first send: a daemon
+without receivers never loads it.
 
 Gitea and Forgejo have no Apprise plugin (apprise 2.3.0 has none); a comment
 on an issue is what they take (POST /api/v1/repos/{owner}/{repo}/issues/
@@ -88,9 +89,22 @@ def send(settings: ReceiverSettings, title: str, body: str, severity: str, timeo
     apobj = _apprise(url)
     import apprise
 
-    ok = apobj.notify(title=title, body=body, notify_type=apprise.NotifyType(severity), body_format="text")
-    if not ok:
-        raise ReceiverError("it did not accept the message")
+    result = apobj.notify(title=title, body=body, notify_type=apprise.NotifyType(severity), body_format="text")
+    if not result:
+        raise ReceiverError(_why(result))
+
+
+def _why(result: Any) -> str:
+    """What Apprise logged about the failed send (apprise 2.x: result.results[].attempts[].logs[])."""
+    try:
+        for notified in reversed(result.results):
+            for attempt in reversed(notified.attempts):
+                for entry in reversed(list(attempt.logs)):
+                    if str(entry.level).upper() in {"WARNING", "ERROR", "CRITICAL"}:
+                        return str(entry.message)
+    except (AttributeError, TypeError):  # a result of another shape: the plain reason below
+        pass
+    return "it did not accept the message"
 
 
 def _apprise(url: str) -> Any:

@@ -8,6 +8,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import structlog
+import structlog.testing
 
 from reconciler.notifications import hub
 from reconciler.notifications.dispatch import Bucket, Dispatcher
@@ -81,11 +83,14 @@ async def test_a_receiver_that_never_takes_it_is_given_up_after_its_attempts(rec
     d = Dispatcher(settings(hook=f"json://{receivers.hostport}/hook/a"))
     d.start()
     try:
-        d.publish([event()])
-        await until(lambda: d.failed == 1)
+        with structlog.testing.capture_logs() as logged:
+            d.publish([event()])
+            await until(lambda: d.failed == 1)
     finally:
         await d.close()
     assert d.sent == 0 and receivers.failing["json"] == 100 - 3  # three tries, then no more
+    failed = [e for e in logged if e["event"] == "notification.failed"]
+    assert failed and "503" in failed[0]["error"], failed  # the receiver's answer, as Apprise logged it
 
 
 async def test_a_hanging_receiver_delays_neither_publish_nor_the_others(receivers: Receivers) -> None:
@@ -125,7 +130,9 @@ async def test_a_full_queue_drops_its_oldest_message() -> None:
         await until(lambda: d.sent == 3)
     finally:
         release.set()
-        await d.close()
+        t0 = time.monotonic()
+        await d.close(grace_s=5)
+        assert time.monotonic() - t0 < 1  # the dropped messages are not waited for
     assert calls == ["lanes: e1 lane.failed", "lanes: e4 lane.failed", "lanes: e5 lane.failed"]
 
 
