@@ -34,6 +34,7 @@ from reconciler.source.mirror import Mirror
 from reconciler.source.notes import write_verdict_note
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
+from reconciler.store.status import instant_text
 from reconciler.store.trust import allowed_rewind, anchor, set_anchor
 
 log = structlog.get_logger("lanes.daemon")
@@ -205,6 +206,8 @@ class CommitDecider:
                 "error": r.error,
                 "timings": {k: v for k, v in r.timings.items() if k == "total"},
             }
+            if r.held_until is not None:
+                entry["held_until"] = instant_text(r.held_until)
             if r.result == "denied":
                 rules = sorted({v.rule for v in result.verdict.lane_violations(r.lane) if v.severity == "deny"})
                 entry["rule"] = ", ".join(rules)
@@ -240,7 +243,7 @@ def _repeats(recorded: dict[str, Any], verdict: dict[str, Any]) -> bool:
     fill the commit's note with the same line.
     """
     lanes = verdict.get("lanes") or []
-    if any(entry.get("result") not in {"blocked", "denied"} for entry in lanes):
+    if any(entry.get("result") not in {"blocked", "denied", "suspended"} for entry in lanes):
         return False
     before = {(e.get("lane"), e.get("result")) for e in recorded["detail"].get("lanes") or []}
     return {(e.get("lane"), e.get("result")) for e in lanes} == before

@@ -40,7 +40,7 @@ from reconciler.daemon.trialjob import make_trial
 from reconciler.daemon.trigger import Trigger
 from reconciler.daemon.upstreamjob import upstream_job
 from reconciler.errors import LanesError
-from reconciler.execute.cycle import CycleRunner
+from reconciler.execute.cycle import CycleRunner, window_clock
 from reconciler.execute.secrets import lane_secrets, secret_values
 from reconciler.logsetup import remember_secrets
 from reconciler.notifications import hub as notifications
@@ -53,7 +53,7 @@ from reconciler.upstream.ancestry import fix_ancestry
 
 log = structlog.get_logger("lanes.daemon")
 JOB_TIMEOUT_S = 600.0
-FORCED = frozenset({"resync", "start", "reload", "retry", "store-retry", "blocked-retry", "spec-retry"})
+FORCED = frozenset({"resync", "start", "reload", "retry", "store-retry", "blocked-retry", "spec-retry", "window-retry"})
 """Reasons that reconcile even when the head did not move (the hosts or the daemon's footing may have)."""
 UPSTREAM_TIMEOUT_S = 3600.0  # a trial loads a model on spare hosts: tens of minutes on a Spark
 
@@ -209,6 +209,7 @@ class Daemon:
         self.last_head = head
         self._retry_blocked()
         self._retry_specs()
+        self._retry_windows()
         refused = self.decider.refused if outcome == "refused" else None
         self.set_phase(f"idle at {head[:12]}: {outcome}" + (f" ({refused['reason']})" if refused else ""))
 
@@ -248,6 +249,16 @@ class Daemon:
         delay = max(0.5, min(due) - time.time())
         log.info("cycle.spec_retry", retry_in_s=round(delay, 1))
         self.retries.later("spec-retry", delay)
+
+    def _retry_windows(self) -> None:
+        """A change held by a change window is looked at again when the window opens, not at the next resync."""
+        due = [r.held_until for r in self.store.lanes() if r.held_until is not None]
+        if not due:
+            self.retries.cancel("window-retry")
+            return
+        delay = max(0.5, min(due) - window_clock())
+        log.info("cycle.window_retry", retry_in_s=round(delay, 1))
+        self.retries.later("window-retry", delay)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()

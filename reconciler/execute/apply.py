@@ -30,7 +30,7 @@ from reconciler.store.journal import Store
 
 log = structlog.get_logger("lanes.execute")
 
-INACTIVE = frozenset({"noop", "denied", "blocked", "fail"})
+INACTIVE = frozenset({"noop", "denied", "blocked", "fail", "suspended"})
 
 
 class Executor:
@@ -121,6 +121,8 @@ class Executor:
             outcome, error, result = Outcome.NOTHING_RUNS, None, Result.NOOP
         elif lp.action == "denied":
             outcome, result = Outcome.DENIED, Result.DENIED
+        elif lp.action == "suspended":
+            outcome, result = Outcome.SUSPENDED, Result.SUSPENDED
         elif lp.action == "fail":
             # Refused at planning (a model path missing), before anything was stopped: what served serves.
             outcome, result = Outcome.FAILED_UNTOUCHED, Result.FAILED
@@ -128,8 +130,9 @@ class Executor:
             outcome = Outcome.UNREACHABLE if lp.cause == Cause.UNREACHABLE else Outcome.WAITING
             result = Result.BLOCKED
             error = _blocked_reason(lp, rec.last_error if rec else None)
-        settle(self.store, lp.lane, outcome, last_error=error, **fields)
-        return LaneResult(lp.lane, lp.action, result, error if result != Result.NOOP else None, cause=lp.cause)
+        settle(self.store, lp.lane, outcome, last_error=error, held_until=lp.held_until, **fields)
+        error = error if result != Result.NOOP else None
+        return LaneResult(lp.lane, lp.action, result, error, cause=lp.cause, held_until=lp.held_until)
 
 
 def _blocked_reason(lp: LanePlan, previous: str | None) -> str:

@@ -6,9 +6,11 @@ what a person sees with `lanes plan` is what the daemon would do.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from reconciler.execute.apply import Executor, ExecutorConfig, LaneResult, ProgressFn
 from reconciler.execute.hostops import HostOps
@@ -17,6 +19,7 @@ from reconciler.execute.secrets import SecretStore
 from reconciler.facts.observed import ObservedFleet
 from reconciler.observe.probe import lease_file, observe
 from reconciler.plan import Plan, PlanOptions, plan_fleet
+from reconciler.plan.windows import overrides_windows
 from reconciler.policy import Verdict, evaluate
 from reconciler.policy.ancestry import FixAncestry
 from reconciler.policy.hostmem import from_observation
@@ -37,6 +40,18 @@ class HostOverride:
 
 
 AncestryFn = Callable[[DesiredState, KnownIssuesFile], FixAncestry]
+
+CLOCK_FILE_ENV = "LANES_TEST_CLOCK_FILE"
+"""Tests only: a file holding the epoch second change windows are judged at, read at every cycle, so a
+test moves a daemon process's window clock by writing the file. Unset, windows follow the system clock."""
+
+
+def window_clock() -> float:
+    """The instant change windows are judged at: the system clock, unless a test set `CLOCK_FILE_ENV`."""
+    path = os.environ.get(CLOCK_FILE_ENV)
+    if path:
+        return float(Path(path).read_text(encoding="utf-8").strip())
+    return time.time()
 
 
 @dataclass(frozen=True)
@@ -95,8 +110,14 @@ class CycleRunner:
         """Answers known issues' fix-commit questions from the git-head mirrors (`upstream.ancestry`)."""
 
     async def observe_and_plan(
-        self, loaded: LoadedCommit, only_lanes: frozenset[str] | None = None, *, wait_backoff: bool = True
+        self,
+        loaded: LoadedCommit,
+        only_lanes: frozenset[str] | None = None,
+        *,
+        wait_backoff: bool = True,
+        now: bool = False,
     ) -> tuple[Verdict, ObservedFleet, Plan, dict[str, HostTarget]]:
+        """`now`: a person's override (`lanes apply --now`): no change waits for a change window."""
         desired = loaded.desired
         answers = self.ancestry(desired, loaded.policies.known_issues) if self.ancestry else None
         targets = targets_for(desired, self.settings.overrides)
@@ -118,6 +139,9 @@ class CycleRunner:
             retry_at=self.store.retry_schedule() if wait_backoff else {},
             clock=time.time(),
             only_lanes=only_lanes,
+            windows=loaded.policies.windows,
+            window_clock=window_clock(),
+            window_override=now or overrides_windows(loaded.message),
         )
         return verdict, observed, plan_fleet(desired, observed, verdict, options), targets
 
@@ -129,9 +153,11 @@ class CycleRunner:
         only_lanes: frozenset[str] | None = None,
         progress: ProgressFn | None = None,
         wait_backoff: bool = True,
+        now: bool = False,
     ) -> CycleResult:
-        verdict, observed, fleet_plan, targets = await self.observe_and_plan(loaded, only_lanes,
-                                                                             wait_backoff=wait_backoff)
+        verdict, observed, fleet_plan, targets = await self.observe_and_plan(
+            loaded, only_lanes, wait_backoff=wait_backoff, now=now
+        )
         result = CycleResult(loaded.commit, verdict, observed, fleet_plan)
         if not apply:
             return result

@@ -41,6 +41,7 @@ def settle(store: Store, lane: str, outcome: Outcome, *, before: object = _NOW, 
     rec = store.lane(lane) if before is _NOW else before
     assert rec is None or isinstance(rec, LaneRecord)
     health = next_health(current_health(rec), outcome)
+    fields.setdefault("held_until", None)  # a change is held only while the cycle that settles says so
     store.update_lane(lane, health=health.value, **fields)
     return health
 

@@ -34,10 +34,13 @@ class Result(StrEnum):
     DENIED = "denied"
     BLOCKED = "blocked"
     NOOP = "noop"
+    SUSPENDED = "suspended"
+    """The lane file says hands off: nothing was done."""
 
 
-SETTLED = frozenset({Result.APPLIED, Result.VERIFIED, Result.STOPPED, Result.NOOP})
-"""Results after which the lane is where its commit wants it."""
+SETTLED = frozenset({Result.APPLIED, Result.VERIFIED, Result.STOPPED, Result.NOOP, Result.SUSPENDED})
+"""Results after which lanes has nothing left to do: the lane is where its commit wants it, or a person
+suspended it and it is theirs."""
 
 
 @dataclass
@@ -50,6 +53,8 @@ class LaneResult:
     logs: dict[str, str] = field(default_factory=dict)
     cause: Cause | None = None
     """Why the lane was planned as it was (the plan's cause)."""
+    held_until: float | None = None
+    """A change held by a change window: when the window opens (epoch seconds)."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ class LoadedCommit:
     commit: str
     desired: DesiredState
     policies: PolicySet
+    message: str = ""
+    """The commit's message (its trailers can ask for an override, e.g. `Lanes-Change-Window: now`)."""
 
 
 def load_commit(
@@ -25,4 +27,4 @@ def load_commit(
     read = read_commit(repository, rev, (state_dir, policies_dir))
     desired = load_desired(read.files, read.commit, state_dir=state_dir)
     policies = load_policies(read.files, policies_dir=policies_dir)
-    return LoadedCommit(read.commit, desired, policies)
+    return LoadedCommit(read.commit, desired, policies, read.message)

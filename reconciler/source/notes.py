@@ -27,8 +27,9 @@ def verdict_lines(verdict: Mapping[str, Any]) -> list[str]:
     """The human-readable lines of one verdict.
 
     `verdict` is `{"commit": sha, "refused": reason | None, "lanes": [{"lane",
-    "result", "health", "error", "rule", "timings": {"total": s}}]}`; every key
-    is optional so the daemon can record what it knows.
+    "result", "health", "error", "rule", "held_until", "timings": {"total": s}}]}`;
+    every key is optional so the daemon can record what it knows. `held_until`
+    (ISO 8601, UTC) marks a change a change window holds.
     """
     lines: list[str] = []
     commit = str(verdict.get("commit") or "")
@@ -46,6 +47,8 @@ def verdict_lines(verdict: Mapping[str, Any]) -> list[str]:
             total = timings.get("total")
             tail = f"{health} in {float(total):.1f} s" if total is not None else str(health)
             lines.append(f"lanes: applied {lane}: {tail}")
+        elif result == "blocked" and entry.get("held_until"):
+            lines.append(f"lanes: held {lane} until {entry['held_until']} (change window): {error or 'waiting'}")
         elif result == "denied":
             why = f"{rule}: {error}" if rule and error else (rule or error or "denied by policy")
             lines.append(f"lanes: denied {lane}: {why}")

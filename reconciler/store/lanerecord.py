@@ -32,6 +32,7 @@ LANE_COLUMNS = (
     "drift",
     "healthy_gate",
     "retry_fingerprint",
+    "held_until",
 )
 
 ADDED_LANE_COLUMNS: dict[str, type] = {
@@ -41,6 +42,7 @@ ADDED_LANE_COLUMNS: dict[str, type] = {
     "drift": str,
     "healthy_gate": str,
     "retry_fingerprint": str,
+    "held_until": float,
 }
 """Columns added after the first release, with their types: an older journal gets them on open."""
 ADDED_APPLY_COLUMNS: dict[str, type] = {"cause": str, "drift": str}
@@ -74,6 +76,8 @@ class LaneRecord:
     """How to gate the last healthy spec on a rollback: {"host", "port", "served_model"}."""
     retry_fingerprint: str | None = None
     """The spec that `retry_at` and `transient_failures` are about."""
+    held_until: float | None = None
+    """A change held by a change window waits until then (epoch seconds); None when nothing is held."""
 
 
 def record_from_row(row: dict[str, Any]) -> LaneRecord:
@@ -99,6 +103,7 @@ def record_from_row(row: dict[str, Any]) -> LaneRecord:
         drift=json.loads(row["drift"]) if row["drift"] else None,
         healthy_gate=json.loads(row["healthy_gate"]) if row["healthy_gate"] else None,
         retry_fingerprint=row["retry_fingerprint"],
+        held_until=row["held_until"],
     )
 
 

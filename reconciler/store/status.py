@@ -7,6 +7,7 @@ stopped), so a fresh daemon's status is complete from its first second.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.spec.load import DesiredState
@@ -22,6 +23,20 @@ def drift_text(drift: dict[str, Any] | None) -> str:
         detail = f" ({item['detail']})" if item.get("detail") else ""
         parts.append(f"{item['container']} {item['kind']} on {item['host']}{detail}")
     return "repaired: " + "; ".join(parts)
+
+
+def instant_text(epoch: float | None) -> str | None:
+    """An instant as people and tools read it: ISO 8601 in UTC, to the second."""
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def held_text(row: dict[str, Any]) -> str:
+    """A change a change window holds, as a person reads it in a status row ('' when none is held)."""
+    if not row.get("held_until"):
+        return ""
+    return f"change held until {row['held_until']} by a change window (`lanes apply --now` applies it at once)"
 
 
 def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, Any]]:
@@ -46,6 +61,9 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
                 "evidence": rec.evidence if rec else {},
                 "updated": rec.updated if rec else None,
                 "drift": rec.drift if rec else None,
+                # Suspended is what the lane file says now; held is what the last cycle decided.
+                "suspended": bool(lane.suspended) if lane else False,
+                "held_until": instant_text(rec.held_until) if rec else None,
             }
         )
     return rows
