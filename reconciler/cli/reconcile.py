@@ -28,7 +28,7 @@ from reconciler.execute.secrets import SecretStore
 from reconciler.source.gitread import open_repo
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
-from reconciler.store.status import drift_text, status_rows
+from reconciler.store.status import drift_text, held_text, status_rows
 from reconciler.transport.ssh import SSHTransport
 from reconciler.upstream.ancestry import fix_ancestry
 
@@ -126,6 +126,7 @@ ACTION_COLORS = {
     "denied": "red",
     "fail": "red",
     "blocked": "yellow",
+    "suspended": "magenta",
 }
 INDENT = " " * 10
 
@@ -205,16 +206,17 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
         ready = r["timings"].get("to_token")
         # No record at all (no journal, or a lane it never saw): nothing is progressing, it was never applied.
         health = "never applied" if r.get("updated") is None and r["desired"] == "running" else r["health"]
+        suspended = " (suspended)" if r.get("suspended") else ""  # a person's lane: its health as last seen
         table.append(
             [
                 r["name"],
                 r["desired"],
-                Text(health, style=colors.get(health, "")),
+                Text(health + suspended, style=colors.get(health, "")),
                 (r["commit"] or "")[:10],
                 ",".join(r["hosts"]),
                 f"{ready:.1f} s" if ready else "",
                 " ".join(v for k, v in r.get("evidence", {}).items() if k in {"pp", "tg"}),
-                r["last_error"] or drift_text(r.get("drift")),
+                held_text(r) or r["last_error"] or drift_text(r.get("drift")),
             ]
         )
     print_table(console, columns, table, title=Text("lanes", style="bold"))
@@ -331,6 +333,9 @@ def apply_cmd(
         bool,
         typer.Option("--yes", "-y", help="apply without asking; needed without a terminal and with --json"),
     ] = False,
+    now: Annotated[
+        bool, typer.Option("--now", help="changes that restart a running lane go now, outside its change window too")
+    ] = False,
 ) -> None:
     """Converge the hosts toward a commit: ordered, health-gated, rolled back on failure.
 
@@ -350,14 +355,14 @@ def apply_cmd(
         try:
             if not yes:
                 # A person confirms a plan first; the cycle then probes again, as time passed while they read.
-                preview = await runner.run_cycle(loaded, apply=False, only_lanes=only, wait_backoff=False)
+                preview = await runner.run_cycle(loaded, apply=False, only_lanes=only, wait_backoff=False, now=now)
                 if not preview.plan.empty:
                     print_plan(preview, console, lane_diffs(open_repo(repo), preview, store), only)
                     if not typer.confirm("apply these changes?", err=True):
                         return None
             # With nothing to change the cycle still runs: it records denied and blocked lanes in the journal.
             with StepPrinter(console) as show:
-                return await runner.run_cycle(loaded, only_lanes=only, progress=show, wait_backoff=False)
+                return await runner.run_cycle(loaded, only_lanes=only, progress=show, wait_backoff=False, now=now)
         finally:
             await transport.close()
 
