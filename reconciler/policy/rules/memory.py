@@ -23,6 +23,8 @@ from reconciler.policy.hostmem import BootFree
 from reconciler.policy.verdict import GIB, DetailValue, RankBudget, gib
 from reconciler.spec.lane import Lane
 
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "flare": "FLARE", "generic": "the engine"}
+
 _Boot = tuple[int, str, BootFree, Capacity]
 """(free bytes, host, where the figure came from, the host's profile)."""
 
@@ -134,7 +136,7 @@ def _deny_sentence(plan: LaneBudget, rank: RankBudget, where: str) -> str:
     )
     return (
         f"{where} {needs} {rank.need / GIB:.1f} GiB ({_sum(rank)}) but the budget is {budget_words(rank)}, so "
-        f"{lane.engine} {outcome} and refuses to start"
+        f"{ENGINE_NAMES.get(lane.engine, lane.engine)} {outcome} and refuses to start"
     )
 
 
