@@ -4,7 +4,8 @@ Pure functions over the lane, the model file, the policy figures and (when
 a probe saw them) the hosts' free memory. Each engine reads its memory flag
 its own way (engine_memory.py), so the figures are in that engine's terms:
 
-    weights  = ceil(resident weight bytes / (tp x pp))
+    weights  = the rank's stage of the resident weights (weight_bytes less the lane's
+               offloaded_weight_bytes) as the engine cuts stages, split over tp (stages.py)
     kv_min   = KV of the rank's layers for max_model_len x min_sequences (kv.py)
     drafter  = speculative decoding: the drafter's weights (rules.yaml, per
                method) + one attention layer of KV per draft layer
@@ -118,10 +119,6 @@ class LaneBudget:
 
     def stage_of(self, rank: int) -> int:
         return min(rank // self.lane.tp, self.lane.pp - 1)
-
-
-def weights_per_rank(weight_bytes: int, tp: int, pp: int) -> int:
-    return math.ceil(weight_bytes / (tp * pp))
 
 
 def floor_reasons(lane: Lane, floor_args: tuple[str, ...], spec: Speculation | None, sized: bool) -> tuple[str, ...]:
