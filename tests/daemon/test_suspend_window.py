@@ -9,6 +9,7 @@ when, and goes once the window opens: the window clock is the test's, through `L
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,6 +87,12 @@ async def test_a_suspended_lane_is_left_alone_while_it_drifts_and_repaired_once_
     _, _, table = await world.daemon_status(world.daemon)
     assert "(suspended)" in table
     await wait_for(lambda: f"lanes: suspended {EUGR}" in (read_note(world.repo.repo, suspend) or ""), 30, "the note")
+    code, out, err = await world.lanes(
+        "history", EUGR, "--json", "--repo", str(world.repo.path), "--db", str(world.daemon.db)
+    )
+    assert code == 0, err
+    [entry] = [e for e in json.loads(out)["lanes"][EUGR] if e["commit"] == suspend]
+    assert {v["result"] for v in entry["verdicts"]} == {"suspended"}
     # Lifted: the next cycle repairs the rank.
     lifted = world.commit("eugr: back to lanes", {EUGR: {"suspended": False}})
     await wait_for(lambda: len(ranks(world, EUGR, ("dgx7",))) == 1, 90, "the rank put back")
@@ -116,4 +123,16 @@ async def test_a_restarting_change_waits_for_its_window_and_goes_inside_it(world
     assert [image for _, _, image in ranks(world, PRODUCTION, PROD_HOSTS)] == [new_image] * 4
     assert world.lane_row(PRODUCTION)["held_until"] is None
     assert (await world.lanes_status())[PRODUCTION]["held_until"] is None
+    assert await world.daemon.stop(timeout=30) == 0
+
+
+async def test_a_commit_trailer_lets_a_change_go_outside_its_window(world: World) -> None:
+    new_image = world.image("now", load_s=0.5)
+    change = {"image": new_image, "change_window": "production-nights"}
+    head = world.commit(
+        "production: new engine now, the old one leaks\n\nLanes-Change-Window: now\n", {PRODUCTION: change}
+    )
+    await wait_for(lambda: world.health(PRODUCTION) == ("healthy", head), 90, "production at the head")
+    assert [image for _, _, image in ranks(world, PRODUCTION, PROD_HOSTS)] == [new_image] * 4
+    assert world.lane_row(PRODUCTION)["held_until"] is None
     assert await world.daemon.stop(timeout=30) == 0
