@@ -17,6 +17,7 @@ from reconciler.spec.lane import Lane
 from reconciler.spec.model import ModelSpec
 from reconciler.spec.policyfiles import HardwareFile, KnownIssuesFile, RulesFile
 from reconciler.spec.upstream import UpstreamsFile
+from reconciler.spec.windows import WindowsFile
 
 SCHEMAS: dict[str, type[Any]] = {
     "fleet": FleetDefaults,
@@ -28,6 +29,7 @@ SCHEMAS: dict[str, type[Any]] = {
     "hardware": HardwareFile,
     "rules": RulesFile,
     "known-issues": KnownIssuesFile,
+    "windows": WindowsFile,
     "check": CheckReport,
 }
 NAME_FROM_FILE = {"host", "model", "lane"}

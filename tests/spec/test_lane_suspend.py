@@ -30,3 +30,10 @@ def test_the_lane_schema_documents_both() -> None:
     assert "no drift repair" in props["suspended"]["description"]
     assert "policies/windows.yaml" in props["change_window"]["description"]
     assert "suspended" not in schema.get("required", [])
+
+
+def test_lanes_schema_writes_the_windows_file_kind_too() -> None:
+    schema = json_schema("windows")
+    window = schema["$defs"]["ChangeWindow"]
+    assert {"cron", "timezone", "duration_minutes"} <= set(window["required"])
+    assert "days by name" in window["properties"]["cron"]["description"]
