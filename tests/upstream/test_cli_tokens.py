@@ -72,7 +72,8 @@ def test_refresh_sends_a_token_only_when_the_daemons_settings_declare_it(
     ]
 
     run = CliRunner().invoke(app(), [*base, "--db", str(tmp_path / "a.db"), "--secrets-dir", str(creds)])
-    assert run.exit_code == 0, run.output
+    # Every source failed here (the token undeclared, the git heads missing): exit 5 (issue 16).
+    assert run.exit_code == 5, run.output
     assert all("authorization" not in r.headers for r in github.requests)
     polled = {p["source"]: p for p in json.loads(run.stdout)["polled"]}
     assert "not declared" in str(polled["sglang-releases"]["error"])
