@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -63,14 +64,44 @@ def schema(
         print(path)
 
 
+HF_SNAPSHOT = re.compile(r"(?:^|/)models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<sha>[0-9a-f]{40})/?$")
+"""A Hugging Face cache snapshot: <cache>/models--<org>--<name>/snapshots/<commit sha>. The folder is the
+repo id with "/" as "--" (huggingface_hub file_download.py, repo_folder_name); a repo id never holds "--"
+itself (huggingface_hub utils/_validators.py, validate_repo_id), so the split is unambiguous."""
+
+
+def hf_snapshot(path: Path) -> tuple[str, str] | None:
+    """(repo id, commit sha) of a Hugging Face cache snapshot folder, else None."""
+    match = HF_SNAPSHOT.search(path.resolve().as_posix()) or HF_SNAPSHOT.search(path.as_posix())
+    return (f"{match['org']}/{match['name']}", match["sha"]) if match else None
+
+
 @handle_errors
 def model_describe(
-    path: Annotated[Path, typer.Argument(help="checkpoint folder with config.json")],
-    name: Annotated[str | None, typer.Option(help="model name (default: folder name, lower-cased)")] = None,
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="checkpoint folder with config.json")],
+    name: Annotated[
+        str | None, typer.Option(help="model name (default: the repo's name, else the folder's, lower-cased)")
+    ] = None,
     host_path: Annotated[str | None, typer.Option(help="path of the checkpoint on the hosts (default: PATH)")] = None,
+    hf_repo: Annotated[
+        str | None, typer.Option("--hf-repo", help="Hugging Face repo id (default: from an HF cache path)")
+    ] = None,
+    revision: Annotated[
+        str | None, typer.Option("--revision", help="40-hex commit sha (default: from an HF cache path)")
+    ] = None,
 ) -> None:
-    """Print a model file for state/models/ from a checkpoint's config.json and safetensors index."""
+    """Print a model file for state/models/ from a checkpoint's config.json and safetensors index.
+
+    A Hugging Face cache snapshot (.../models--ORG--NAME/snapshots/SHA) gives the repo id and revision.
+    """
     from reconciler.spec.checkpoint import model_from_checkpoint, render_model_yaml
+
+    if revision is not None and not re.fullmatch(r"[0-9a-f]{40}", revision):
+        raise InputError("a revision is the checkpoint's 40-hex commit sha", field="--revision")
+    snapshot = hf_snapshot(path)
+    if snapshot is not None:
+        hf_repo = hf_repo or snapshot[0]
+        revision = revision or snapshot[1]
 
     config_path = path / "config.json"
     if not config_path.is_file():
@@ -79,9 +110,15 @@ def model_describe(
     index_path = path / "model.safetensors.index.json"
     index = _read_json(index_path) if index_path.is_file() else None
     total = sum(p.stat().st_size for p in path.glob("*.safetensors")) or None
-    model_name = name or path.resolve().name.lower()
+    model_name = name or (hf_repo.split("/")[-1] if hf_repo else path.resolve().name).lower()
     spec, notes = model_from_checkpoint(
-        config, index, name=model_name, path=host_path or str(path.resolve()), file_bytes_total=total
+        config,
+        index,
+        name=model_name,
+        path=host_path or str(path.resolve()),
+        file_bytes_total=total,
+        hf_repo=hf_repo,
+        revision=revision,
     )
     print(render_model_yaml(spec, notes), end="")
 

@@ -114,3 +114,26 @@ def test_model_describe_prints_a_model_file(tmp_path: Path) -> None:
     assert data["architecture"]["kv_heads"] == 2 and data["path"] == "/models/Tiny-GQA"
     broken = runner.invoke(app, ["model", "describe", str(tmp_path)])
     assert broken.exit_code == 2 and "config.json" in broken.output
+
+
+@pytest.mark.timeout(60)
+def test_model_describe_reads_repo_and_revision_from_an_hf_cache_snapshot(tmp_path: Path) -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / sha
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 36, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "hidden_size": 4096, "head_dim": 128, "max_position_embeddings": 40960,
+    }))  # fmt: skip
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 16381470720}}))
+    result = runner.invoke(app, ["model", "describe", str(snapshot), "--host-path", "/srv/models/qwen3-8b"])
+    assert result.exit_code == 0, result.output
+    data = YAML(typ="safe").load(result.output)
+    assert (data["hf_repo"], data["revision"]) == ("Qwen/Qwen3-8B", sha)
+    assert "unknown/" not in result.output and "revision not set" not in result.output
+    # Flags win over the path; a revision that is not a commit sha is bad input.
+    other = "f" * 40
+    result = runner.invoke(app, ["model", "describe", str(snapshot), "--hf-repo", "me/q", "--revision", other])
+    data = YAML(typ="safe").load(result.output)
+    assert (data["hf_repo"], data["revision"]) == ("me/q", other)
+    assert runner.invoke(app, ["model", "describe", str(snapshot), "--revision", "main"]).exit_code == 2
