@@ -132,7 +132,8 @@ def test_the_policy_file_is_optional_and_checked_when_present() -> None:
     assert "production-nights" in load_policies(files).windows.windows
     del files["policies/windows.yaml"]
     assert load_policies(files).windows.windows == {}
-    files["policies/windows.yaml"] = b"windows:\n  w:\n    cron: '0 22 * * 1'\n    timezone: UTC\n    duration_minutes: 5\n"
+    numbered = b"windows:\n  w:\n    cron: '0 22 * * 1'\n    timezone: UTC\n    duration_minutes: 5\n"
+    files["policies/windows.yaml"] = numbered
     with pytest.raises(InputError, match="write days by name"):
         load_policies(files)
 
