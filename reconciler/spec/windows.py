@@ -3,7 +3,10 @@
 A window opens at each time its cron expression names, in its own time zone, and stays open for its
 duration. A lane is under the windows that name it (`lanes`), that select one of its hosts by labels
 (`host_labels`), and the one its lane file names (`change_window`); a change may go while any of them is
-open, else it waits for the earliest next opening. A lane under no window is never held.
+open, else it waits for the earliest next opening. A lane under no window is never held. This is the
+rule of Argo CD's "allow" sync windows (a cron schedule, a duration, a time zone; with no matching
+window every sync is allowed; a manual sync may override: argo-cd.readthedocs.io, user-guide/sync_windows,
+and `argocd proj windows add --manual-sync`); lanes has no deny windows.
 
 The cron fields are parsed by APScheduler 3.x's CronTrigger (`apscheduler/triggers/cron/__init__.py`,
 3.11.3), the scheduler the daemon already runs on; it is pure date arithmetic, no scheduler is started.
