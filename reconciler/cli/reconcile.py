@@ -403,6 +403,7 @@ def status_cmd(
     With --daemon, the running daemon's view instead of a local journal, and what keeps it from converging.
     """
     view = ask_daemon(daemon) if daemon else None
+    refused: dict[str, Any] | None = None  # the journal's newest decision, when it refused the head
     if view is not None and view.status is not None:
         rows: list[dict[str, Any]] = view.status["lanes"]
     else:
@@ -413,14 +414,22 @@ def status_cmd(
             desired = None
         store = Store(db)
         rows = status_rows(store, desired)
+        latest = store.latest_commit()
         store.close()
+        if latest is not None and latest["outcome"] in ("refused", "invalid"):
+            refused = {"commit": latest["sha"], "reason": latest["detail"].get("refused", ""), "time": latest["time"]}
     if as_json:
         out: dict[str, Any] = {"lanes": rows}
         if view is not None:
             out = {"daemon": view.as_json(), **out}
+        if refused is not None:
+            out["refused"] = refused
         print(json.dumps(out, indent=2, default=str))
     else:
         console = Console()
+        if refused is not None:
+            why = f"head {refused['commit'][:12]} refused: {refused['reason']}; the lanes keep what they run"
+            console.print(f"[red]{escape(why)}[/]", highlight=False, soft_wrap=True)
         for color, text in trouble_lines(view) if view is not None else []:
             console.print(f"[{color}]{escape(text)}[/]", highlight=False, soft_wrap=True)
         print_status(rows, console)

@@ -131,16 +131,6 @@ class Lane(StrictModel):
         description="a window in policies/windows.yaml: a change that restarts this running lane waits for it "
         "(besides any window that selects the lane by name or host label)",
     )
-    suspended: bool = Field(
-        default=False,
-        description="hands off: lanes leaves what runs as it is (no apply, no drift repair, no rollback) and says "
-        "so; set it back to false (or remove it) and the lane converges again",
-    )
-    change_window: Name | None = Field(
-        default=None,
-        description="a window in policies/windows.yaml: a change that restarts this running lane waits for it "
-        "(besides any window that selects the lane by name or host label)",
-    )
 
     @field_validator("env")
     @classmethod
