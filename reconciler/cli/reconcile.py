@@ -20,7 +20,7 @@ from reconciler.cli.daemonview import ask_daemon, needs_attention, trouble_lines
 from reconciler.cli.history import field_text
 from reconciler.cli.plandiff import LaneDiff, lane_diffs
 from reconciler.cli.progress import StepPrinter
-from reconciler.cli.tables import Column, print_table
+from reconciler.cli.tables import Column, paragraph, print_table
 from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings
 from reconciler.execute.results import Result
@@ -132,7 +132,9 @@ INDENT = " " * 10
 
 
 def _say(console: Console, markup: str) -> None:
-    console.print(markup, highlight=False, soft_wrap=True)
+    """A plan line: wrapped at words at the terminal's width, continued under its text; whole in a pipe."""
+    indent = len(markup) - len(markup.lstrip(" "))
+    paragraph(console, markup, indent=indent + 2 if indent else len(INDENT))
 
 
 def print_plan(

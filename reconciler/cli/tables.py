@@ -210,10 +210,20 @@ def print_table(
         console.print(line, soft_wrap=True, highlight=False)
 
 
-def paragraph(console: Console, markup: str | Text) -> None:
-    """Free text outside a table: wrapped at word boundaries at the table width, one line in a pipe."""
+def paragraph(console: Console, markup: str | Text, indent: int = 0) -> None:
+    """Free text outside a table: wrapped at word boundaries at the table width (later lines indented by
+    `indent`), one line in a pipe."""
     text = Text.from_markup(markup) if isinstance(markup, str) else markup
     width = output_width(console.file)
-    lines = [text] if width is None else _wrap(text, width, Console(width=width, color_system=None))
-    for line in lines:
-        console.print(line, highlight=False, soft_wrap=True)
+    if width is None:
+        console.print(text, highlight=False, soft_wrap=True)
+        return
+    wrapper = Console(width=width, color_system=None)
+    first = _wrap(text, width, wrapper)[0]
+    console.print(first, highlight=False, soft_wrap=True)
+    # What the first line did not hold, wrapped again at the width left beside the indent.
+    rest = text[len(first.plain) :]
+    rest = rest[len(rest.plain) - len(rest.plain.lstrip()) :]
+    if rest.plain:
+        for line in _wrap(rest, max(width - indent, MIN_TEXT), wrapper):
+            console.print(Text.assemble(" " * indent, line), highlight=False, soft_wrap=True)

@@ -70,6 +70,11 @@ async def test_plan_exit_codes_apply_asks_and_the_plan_shows_the_field_diff(tmp_
         assert f"deploy  {QWEN}: not running: first deploy" in out
         code, out, err = await fleet.lanes("plan", *args, "--exit-code")
         assert code == 3, err
+        # At 80 columns every line fits, wrapped at words under its own text; in a pipe each step is one line.
+        code, narrow, _ = await fleet.lanes("plan", *args, columns=80)
+        assert code == 0 and max(len(line) for line in narrow.splitlines()) <= 80
+        assert "".join(narrow.split()) == "".join(out.split())  # the same text, only the line breaks differ
+        assert len(narrow.splitlines()) > len(out.splitlines())
         code, out, _ = await fleet.lanes("plan", *args, "--lane", "nope", "--json")
         assert code == 2
         error = json.loads(out)
