@@ -1,10 +1,10 @@
-"""Progress of `lanes apply` and `lanes demo`: one line per step, said once, with how long it took.
+"""Progress of `lanes apply` and `lanes demo`: a step's start, then its end with how long it took.
 
-A step is announced when it starts and reported when it ends. In a terminal the steps under way are
-a live footer, one line each with the time they have taken so far (a model load takes minutes: the
-clock shows it is not stuck), replaced by the step's one finished line when it ends. In a pipe or a
-log nothing is printed at the start: each step is one line when it ends (✓ done, ✗ failed), so a
-log has no `…` line followed by the same step's `✓` line.
+In a terminal the steps under way are a live footer, one line each, updated in place with the time
+they have taken so far (a model load takes minutes: the clock shows it is not stuck); when a step
+ends its footer line gives way to one finished line (✓ done, ✗ failed) with its duration. In a pipe
+or a log there is no footer: a step is a `…` line when it starts (a log must say what was under way
+when a run stopped, and scripts wait for it) and a `✓`/`✗` line with its duration when it ends.
 """
 
 from __future__ import annotations
@@ -67,15 +67,19 @@ class StepPrinter:
             self.running.steps[key] = (now, event.detail)
             if self._live is not None:
                 self._live.refresh()
+                return
+            self._line(now, "…", event, "")
             return
         since, _ = self.running.steps.pop(key, (None, ""))
         took = f" [dim]({now - since:.1f} s)[/]" if since is not None else ""
-        mark = MARKS.get(event.status, "·")
+        self._line(now, MARKS.get(event.status, "·"), event, took)
+        if self._live is not None:
+            self._live.refresh()
+
+    def _line(self, now: float, mark: str, event: ProgressEvent, took: str) -> None:
         self.console.print(
             f"[dim]{now - self.t0:7.1f}s[/] {mark} [bold]{escape(event.lane)}[/] {escape(event.step)}: "
             f"{escape(event.detail)}{took}",
             highlight=False,
             soft_wrap=True,
         )
-        if self._live is not None:
-            self._live.refresh()
