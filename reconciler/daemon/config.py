@@ -260,7 +260,7 @@ class DaemonSettings(Section):
 
 
 class HttpSettings(Section):
-    """[http]: /healthz, /status, /metrics and the webhook."""
+    """[http]: /healthz, /status, /metrics, the webhook and the dashboard."""
 
     enabled: bool = Field(True, description="serve the HTTP endpoint at all")
     listen: str = Field(
@@ -271,6 +271,12 @@ class HttpSettings(Section):
         None,
         description="file holding the shared secret of the push webhook (e.g. $CREDENTIALS_DIRECTORY/webhook-secret); "
         "POST /webhook is refused (404) unless it is set; deliveries are HMAC-verified with it",
+    )
+    dashboard: bool = Field(True, description="serve the dashboard's HTML pages at / and /lanes/<name>")
+    dashboard_token_file: Path | None = Field(
+        None,
+        description="file holding the bearer token the dashboard asks for (Authorization: Bearer ...); required "
+        "to serve it when listen is not a loopback address, asked for on loopback too when set",
     )
     # Limits that keep a flood of clients from costing the daemon its memory or descriptors.
     max_connections: int = Field(
@@ -298,7 +304,7 @@ class HttpSettings(Section):
         parse_listen(value)
         return value
 
-    @field_validator("webhook_secret_file", mode="before")
+    @field_validator("webhook_secret_file", "dashboard_token_file", mode="before")
     @classmethod
     def _path(cls, value: Any, info: ValidationInfo) -> Any:
         return path_or_none(value, info)
@@ -509,6 +515,7 @@ class DaemonConfig(Section):
             "bench.signing_key": self.bench.signing_key,
             "daemon.secrets_dir": self.daemon.secrets_dir,
             "http.webhook_secret_file": self.http.webhook_secret_file,
+            "http.dashboard_token_file": self.http.dashboard_token_file,
             "repo.credential_file": self.repo.credential_file,
             **{f"upstream.credentials.{n}.file": c.file for n, c in self.upstream.credentials.items()},
             **self.notifications.credential_files(),

@@ -56,6 +56,8 @@ class CommitDecider:
         self.mirror = mirror
         self.metrics = metrics
         self.last_desired: DesiredState | None = None
+        self.last_result: CycleResult | None = None
+        """The last cycle's verdict, probe and plan: the dashboard shows its budgets and host facts."""
         self.blocked: dict[str, str] = {}
         """Lanes the last cycle could not act on, and why (a host leased by another reconciler, unreachable)."""
         self._loaded: tuple[tuple[str, str, str], LoadedCommit] | None = None
@@ -113,6 +115,7 @@ class CommitDecider:
             if anchor(self.store) != head:
                 set_anchor(self.store, head)
             result = await self.runner.run_cycle(loaded, progress=log_progress)
+            self.last_result = result
             outcome = self._outcome(result)
             notifications.on_cycle(result, loaded.desired)
             self.metrics.record_cycle(time.monotonic() - t0, result.results)

@@ -1,4 +1,4 @@
-"""The daemon's small HTTP endpoint: /healthz, /status, /metrics and the push webhook.
+"""The daemon's small HTTP endpoint: /healthz, /status, /metrics, the push webhook and the dashboard's pages.
 
 Four routes do not justify a web framework, but an endpoint that a forge
 on the internet may reach (through a proxy) must hold up against a flood of
@@ -51,6 +51,8 @@ HealthFn = Callable[[], tuple[bool, str]]
 StatusFn = Callable[[], Any]  # a JSON-able object, or an awaitable of one
 MetricsFn = Callable[[], tuple[bytes, str]]  # (body, content type)
 WebhookFn = Callable[[Mapping[str, str], bytes], Awaitable[tuple[int, str]]]
+PAGE_PREFIXES = ("/lanes/",)
+"""Dashboard pages besides `/` (reconciler.dashboard); each is a GET or HEAD like /status."""
 
 MAX_WEBHOOK_BODY = 1 << 20
 ACCEPT_RETRY_S = 0.5
@@ -143,6 +145,7 @@ class HttpServer:
         status: StatusFn | None = None,
         metrics: MetricsFn | None = None,
         webhook: WebhookFn | None = None,
+        pages: Handler | None = None,
         limits: Limits | None = None,
     ) -> None:
         self.host, self._port = parse_listen(listen)
@@ -150,6 +153,7 @@ class HttpServer:
         self._status = status
         self._metrics = metrics
         self._webhook = webhook
+        self._pages = pages
         self.limits = limits or Limits()
         self._sock: socket.socket | None = None
         self._acceptor: asyncio.Task[None] | None = None
@@ -391,6 +395,8 @@ class HttpServer:
             routes["/metrics"] = (("GET", "HEAD"), self._get_metrics)
         if self._webhook is not None:
             routes["/webhook"] = (("POST",), self._post_webhook)
+        if self._pages is not None and (path == "/" or path.startswith(PAGE_PREFIXES)):
+            routes[path] = (("GET", "HEAD"), self._pages)
         if path not in routes:
             raise _HttpError(404)
         methods, handler = routes[path]

@@ -30,9 +30,10 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from reconciler.daemon.conditions import STORE_RETRY_S, Backoff, Retries, SourceHealth, health, store_status
 from reconciler.daemon.config import DaemonConfig, load_config
+from reconciler.daemon.dashroute import serve_page
 from reconciler.daemon.decider import CommitDecider
 from reconciler.daemon.hookroute import DeliveryWindow, receive_push
-from reconciler.daemon.http import HttpServer, Limits
+from reconciler.daemon.http import HttpServer, Limits, Request, Response
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.retentionjob import prune_journal
@@ -391,6 +392,7 @@ class Daemon:
             status=self.status,
             metrics=self._metrics,
             webhook=self._webhook,
+            pages=self._page if self.config.http.dashboard else None,
             limits=Limits(
                 max_connections=self.config.http.max_connections,
                 head_timeout_s=self.config.http.head_timeout_s,
@@ -417,6 +419,9 @@ class Daemon:
             "refused": self.decider.refused,
             "lanes": rows,
         }
+
+    async def _page(self, request: Request) -> Response:
+        return await serve_page(self, request)
 
     def _metrics(self) -> tuple[bytes, str]:
         self.status()
