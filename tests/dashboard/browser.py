@@ -32,7 +32,10 @@ TIMEOUT_S = 60.0
 
 
 def need_chromium() -> None:
+    """Skip without chromium; fail instead where it must be there (CI sets LANES_REQUIRE_CHROMIUM, .ci/run)."""
     if not os.access(CHROMIUM, os.X_OK):
+        if os.environ.get("LANES_REQUIRE_CHROMIUM"):
+            pytest.fail(f"chromium is not installed ({CHROMIUM}) and LANES_REQUIRE_CHROMIUM is set (CI)")
         pytest.skip(f"chromium is not installed ({CHROMIUM}): `apt-get install -y chromium` (scripts/setup, as root)")
 
 
