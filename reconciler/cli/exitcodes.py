@@ -20,9 +20,8 @@ OK = 0
 """Done; for `plan --exit-code`: no changes pending."""
 FAILED = 1
 """The command ran and the answer is no: a policy deny (`check`, a denied or unplannable lane in
-`plan`), a lane that did not converge (`apply`: failed, rolled back, denied or blocked, with --json
-saying which), a throughput regression (`bench`), a failed proposal (`propose`), a daemon that needs
-attention (`status --daemon`)."""
+`plan`), a lane that failed, rolled back or was denied (`apply`), a throughput regression (`bench`),
+a failed proposal (`propose`), a daemon that needs attention (`status --daemon`)."""
 BAD_INPUT = 2
 """Bad input: a usage error, a state, policy or settings file that does not load, an unknown lane,
 host or revision."""
@@ -31,8 +30,7 @@ CHANGES = 3
 BLOCKED = 4
 """A host did not answer (unreachable, refused login, wrong host key) or a lane is blocked (held by
 another reconciler's lease, a failed spec not retried, a retry pending, host facts): lanes could
-not find out or cannot act. `plan` and `hosts` exit so, whatever else they found (`apply` says 1:
-the fleet did not converge)."""
+not find out or cannot act. `plan`, `apply` and `hosts` exit so, whatever else they found."""
 UNAVAILABLE = 5
 """A service a command measures or asks did not answer usably: the endpoint `bench` drives, every
 upstream source of `upstream --refresh`."""

@@ -23,6 +23,7 @@ from reconciler.cli.progress import StepPrinter
 from reconciler.cli.tables import Column, paragraph, print_table
 from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings
+from reconciler.execute.results import Result
 from reconciler.execute.secrets import SecretStore
 from reconciler.source.gitread import open_repo
 from reconciler.spec.load import DesiredState
@@ -307,9 +308,10 @@ def plan_cmd(
 
 
 def apply_exit(result: CycleResult, only: frozenset[str] | None) -> int:
-    """1 when a lane did not converge (failed, rolled back, denied or blocked: --json says which) or a host
-    did not answer; apply's question is whether the fleet converged, and for a blocked lane it did not."""
-    return exitcodes.OK if result.ok and not unreachable_hosts(result, only) else exitcodes.FAILED
+    """4 when a lane was blocked or a host did not answer (as `plan`), else 1 when a lane did not converge."""
+    if any(r.result == Result.BLOCKED for r in result.results) or unreachable_hosts(result, only):
+        return exitcodes.BLOCKED
+    return exitcodes.OK if result.ok else exitcodes.FAILED
 
 
 NOT_ASKED = (
@@ -341,8 +343,8 @@ def apply_cmd(
     """Converge the hosts toward a commit: ordered, health-gated, rolled back on failure.
 
     On a terminal it shows the plan and asks before changing anything. Without a terminal, or with
-    --json, it asks nobody: it refuses (exit 6) unless --yes. Exit 0 converged, 1 a lane failed, was
-    denied or blocked (or a host did not answer), 6 not confirmed, 2 bad input.
+    --json, it asks nobody: it refuses (exit 6) unless --yes. Exit 0 converged, 1 a lane failed or was
+    denied, 4 a host unreachable or a lane blocked, 6 not confirmed, 2 bad input.
     """
     if not yes and (as_json or not sys.stdin.isatty()):
         why = "--json never asks" if as_json else "there is no terminal to ask on"

@@ -177,7 +177,7 @@ def test_a_link_cut_between_cycles_blocks_only_the_lanes_on_that_host_and_conver
     finally:
         rig.set_link("rig3", True)
 
-    assert run.returncode == 1, run.describe()
+    assert run.returncode == 4, run.describe()  # a blocked lane: exitcodes.BLOCKED (issue 16)
     quad = result_of(run, "quad")
     assert quad["result"] == "blocked", run.describe()
     assert "rig3" in quad["error"] and "unreachable" in quad["error"], quad["error"]
@@ -251,7 +251,7 @@ def test_sshd_refusing_our_key_is_a_permanent_error_for_that_host_and_converges_
     finally:
         rig.accept_client_key("rig4")
 
-    assert run.returncode == 1, run.describe()
+    assert run.returncode == 4, run.describe()  # a blocked lane: exitcodes.BLOCKED (issue 16)
     quad = result_of(run, "quad")
     assert quad["result"] == "blocked", run.describe()
     error = quad["error"]

@@ -27,7 +27,7 @@ def test_a_replaced_host_key_is_refused_and_nothing_runs_on_that_host(rig: Rig) 
         run = rig.apply()
 
         assert rig.docker_calls("rig4") == calls_before, "no docker command ran on rig4"
-        assert run.returncode == 1, run.describe()
+        assert run.returncode == 4, run.describe()  # a blocked lane: exitcodes.BLOCKED (issue 16)
         quad = result_of(run, "quad")
         assert quad["result"] == "blocked", run.describe()
         assert "rig4" in quad["error"] and "host key" in quad["error"] and "changed" in quad["error"], quad
