@@ -20,6 +20,7 @@ from reconciler.execute.leases import Leases
 from reconciler.execute.record import settle
 from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent, ProgressFn, Result
 from reconciler.execute.secrets import SecretStore
+from reconciler.execute.swap import SwapRun
 from reconciler.execute.transaction import LaneTransaction, Shared
 from reconciler.plan.health import Outcome
 from reconciler.plan.planner import FAILED_BEFORE
@@ -52,15 +53,57 @@ class Executor:
     async def apply(self, plan: Plan, desired: DesiredState, lease_file: str) -> list[LaneResult]:
         leases = Leases(self.ops, lease_file, self.config.owner, desired.fleet.lease_ttl_s, self.progress)
         shared = Shared(self.ops, self.store, self.secrets, self.config, self.progress, leases)
+        by_name = {lp.lane: lp for lp in plan.lanes}
+        # Read before the giving lanes stop: what each last passed its gate with, should its swap be undone.
+        swaps = [
+            SwapRun(shared, swap, by_name, {g: self.store.lane(g) for g in swap.giving}, desired) for swap in plan.swaps
+        ]
         stops = [lp for lp in plan.lanes if lp.action == "stop"]
         rest = [lp for lp in plan.lanes if lp.action != "stop"]
+        results: dict[str, LaneResult] = {}
         try:
             async with assessment_client(self.config.assess_timeout_s) as client:
-                results = [await self._one_safely(lp, desired, shared, client) for lp in stops]
-                results += await asyncio.gather(*(self._one_safely(lp, desired, shared, client) for lp in rest))
+                for lp in stops:
+                    results[lp.lane] = await self._one_safely(lp, desired, shared, client)
+                tasks: dict[str, asyncio.Future[LaneResult]] = {}
+
+                async def after_then_apply(lp: LanePlan) -> LaneResult:
+                    waits = [tasks[d] for d in lp.after if d in tasks]
+                    if waits:  # `after:` in the lane file: once those lanes finished, whatever their result
+                        await asyncio.wait(waits)
+                    return await self._one_safely(lp, desired, shared, client)
+
+                for lp in rest:
+                    tasks[lp.lane] = asyncio.ensure_future(after_then_apply(lp))
+
+                async def finish(run: SwapRun) -> dict[str, LaneResult]:
+                    waits = [tasks[t] for t in run.swap.taking if t in tasks]
+                    if waits:
+                        await asyncio.wait(waits)
+                    return await self._swap_safely(
+                        run, {**results, **{t: tasks[t].result() for t in tasks if tasks[t].done()}}
+                    )
+
+                swapped = await asyncio.gather(*tasks.values(), *(finish(run) for run in swaps))
+                results.update({lp.lane: tasks[lp.lane].result() for lp in rest})
+                for amended in swapped[len(tasks) :]:
+                    assert isinstance(amended, dict)
+                    results.update(amended)
         finally:
             await leases.stop_renewals()  # every path gives its leases back; this only guards against leaks
-        return list(results)
+        return [results[lp.lane] for lp in plan.lanes]
+
+    async def _swap_safely(self, run: SwapRun, results: dict[str, LaneResult]) -> dict[str, LaneResult]:
+        """A swap's end (undo or env files); a bug in it leaves the lanes' own results, and says so."""
+        try:
+            return await run.finish(results)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("swap.internal_error", swap=run.swap.describe(), error=str(exc))
+            for lane in run.swap.giving:
+                self.progress(ProgressEvent(lane, "swap-rollback", "failed", f"{type(exc).__name__}: {exc}"))
+            return {}
 
     async def _one_safely(
         self, lp: LanePlan, desired: DesiredState, shared: Shared, client: httpx.AsyncClient
@@ -78,9 +121,7 @@ class Executor:
                 log.warning("lane.internal_error_unrecorded", lane=lp.lane, error=str(store_exc))
             return LaneResult(lp.lane, lp.action, Result.FAILED, error, cause=Cause.INTERNAL_ERROR)
 
-    async def _one(
-        self, lp: LanePlan, desired: DesiredState, shared: Shared, client: httpx.AsyncClient
-    ) -> LaneResult:
+    async def _one(self, lp: LanePlan, desired: DesiredState, shared: Shared, client: httpx.AsyncClient) -> LaneResult:
         if lp.action in INACTIVE:
             return await self._observe(lp, desired, client)
         lane = desired.lanes.get(lp.lane)
@@ -119,6 +160,14 @@ class Executor:
             result = Result.NOOP
         elif lp.action == "noop":
             outcome, error, result = Outcome.NOTHING_RUNS, None, Result.NOOP
+        elif lp.cause == Cause.SWAP_HELD and (lane is None or not lane.running) and rec and rec.healthy_gate:
+            # A giving lane kept serving after its swap failed: its engine is asked, as an in-sync lane's is.
+            where = rec.healthy_gate
+            address = self.ops.targets[str(where["host"])].address
+            answer = await engine_answers(client, address, int(where["port"]), lane.health if lane else Health())
+            outcome = Outcome.OBSERVED_READY if answer is None else Outcome.OBSERVED_NOT_ANSWERING
+            error = lp.reason if answer is None else f"{lp.reason}; the engine does not answer: {answer}"
+            result = Result.BLOCKED
         elif lp.action == "denied":
             outcome, result = Outcome.DENIED, Result.DENIED
         elif lp.action == "suspended":

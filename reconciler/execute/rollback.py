@@ -50,8 +50,15 @@ async def put_back(
     await gather_hosts([ops.stop_remove(h, s.name) for h, s in lp.specs])
     if rec is None or not restorable(rec, lp):
         return Restore(ok=False, attempted=False, error="no previous spec", logs=logs)
+    return await restart_healthy(ops, rec, health, logs=logs, wait=wait)
+
+
+async def restart_healthy(
+    ops: HostOps, rec: LaneRecord, health: Health, *, logs: dict[str, str] | None = None, wait: bool = True
+) -> Restore:
+    """Start the record's last healthy spec and, with `wait`, gate it where it passed its gate before."""
     previous = [spec_from_json(d) for d in rec.healthy_specs]
-    restore = Restore(ok=False, attempted=True, logs=logs, healthy_commit=rec.healthy_commit)
+    restore = Restore(ok=False, attempted=True, logs=logs or {}, healthy_commit=rec.healthy_commit)
     try:
         errors = await gather_hosts([ops.start(h, s) for h, s in previous])
         if errors:

@@ -38,6 +38,7 @@ from reconciler.plan.steps import (
     WaitReady,
     WriteEnvFiles,
 )
+from reconciler.plan.swaps import find_swaps, hold_failed_swaps, order_after
 from reconciler.plan.windows import hold_for, restarts_running
 from reconciler.policy import Verdict
 from reconciler.spec.lane import Lane
@@ -84,9 +85,12 @@ def plan_fleet(
     if opts.only_lanes is not None:
         names = [n for n in names if n in opts.only_lanes]
     lane_plans = [_plan_lane_safely(name, desired, observed, verdict, opts) for name in names]
-    # Stops first: a lane moving onto hosts another lane leaves needs them free.
-    lane_plans.sort(key=lambda lp: (lp.action != "stop", lp.lane))
-    return Plan(commit=desired.commit, lanes=tuple(lane_plans))
+    # Across lanes: a failed swap is not redone until its failed lane changes; stops and deploys on the
+    # same hosts go as one swap; stops first, then `after:` order.
+    lane_plans = hold_failed_swaps(lane_plans)
+    lane_plans, swaps = find_swaps(lane_plans)
+    lane_plans = order_after(lane_plans, desired.lanes)
+    return Plan(commit=desired.commit, lanes=tuple(lane_plans), swaps=swaps)
 
 
 def _plan_lane_safely(

@@ -43,6 +43,9 @@ class Cause(StrEnum):
     """The lane file says `suspended: true`: nothing is applied, repaired or rolled back."""
     CHANGE_WINDOW = "change-window"
     """A change that restarts the running lane waits for one of its change windows to open."""
+    SWAP_HELD = "swap-held"
+    """A swap of hosts failed and was rolled back: the giving lane serves on, the taking lanes wait, until the
+    failed lane's spec changes, `lanes retry` clears it, or its retry is due."""
 
 
 class DriftKind(StrEnum):
@@ -223,6 +226,8 @@ class LanePlan:
     """What differed on the hosts, when the lane is redeployed to repair drift (or left as it is, suspended)."""
     held_until: float | None = None
     """A change held by a change window: when the earliest of the lane's windows opens (epoch seconds)."""
+    after: tuple[str, ...] = ()
+    """Lanes of this plan that change and that this lane is applied after (its file's `after:`)."""
 
     @property
     def changes(self) -> bool:
@@ -230,9 +235,28 @@ class LanePlan:
 
 
 @dataclass(frozen=True)
+class Swap:
+    """Lanes that give up hosts (stopped) and lanes that take them (deployed) in one commit: one transaction.
+
+    The giving lanes stop first; if a taking lane does not pass its gate, the taking lanes are stopped and
+    the giving lanes started again on their last healthy spec, gated. The giving lanes' env files are
+    removed only once every taking lane passed (`remove_env`): until then a rollback needs them.
+    """
+
+    giving: tuple[str, ...]
+    taking: tuple[str, ...]
+    hosts: tuple[str, ...]
+    remove_env: tuple[tuple[str, str], ...] = ()  # (host, path)
+
+    def describe(self) -> str:
+        return f"swap {', '.join(self.hosts)}: {', '.join(self.giving)} -> {', '.join(self.taking)}"
+
+
+@dataclass(frozen=True)
 class Plan:
     commit: str
     lanes: tuple[LanePlan, ...] = field(default_factory=tuple)
+    swaps: tuple[Swap, ...] = ()
 
     @property
     def empty(self) -> bool:

@@ -7,6 +7,7 @@ digest, topology over hosts (the first host is the head), serving flags.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -131,6 +132,11 @@ class Lane(StrictModel):
         description="a window in policies/windows.yaml: a change that restarts this running lane waits for it "
         "(besides any window that selects the lane by name or host label)",
     )
+    after: tuple[Name, ...] = Field(
+        default=(),
+        description="lanes this lane is applied after when both change in one commit (where order matters "
+        "beyond a swap, whose stops always go first); each must be a lane of the state, without cycles",
+    )
 
     @field_validator("env")
     @classmethod
@@ -178,3 +184,32 @@ class Lane(StrictModel):
     @property
     def served_name(self) -> str:
         return self.served_model_name or self.model
+
+
+def after_problems(lanes: Mapping[str, Lane]) -> list[tuple[str, str]]:
+    """(lane, why) for each `after:` that names no lane of the state, names the lane itself, or closes a cycle."""
+    problems: list[tuple[str, str]] = []
+    for name in sorted(lanes):
+        for dep in lanes[name].after:
+            if dep == name:
+                problems.append((name, f"after: '{dep}' is this lane itself"))
+            elif dep not in lanes:
+                problems.append((name, f"after: '{dep}' is not a lane (known: {', '.join(sorted(lanes))})"))
+    if problems:
+        return problems
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name: str, path: list[str]) -> list[str] | None:
+        state[name] = 1
+        for dep in lanes[name].after:
+            if state.get(dep) == 1:
+                return [*path[path.index(dep) :], dep] if dep in path else [*path, dep]
+            if dep not in state and (cycle := visit(dep, [*path, dep])) is not None:
+                return cycle
+        state[name] = 2
+        return None
+
+    for name in sorted(lanes):
+        if name not in state and (cycle := visit(name, [name])) is not None:
+            return [(cycle[0], f"after: lanes wait for each other in a cycle ({' -> '.join(cycle)})")]
+    return []

@@ -15,7 +15,7 @@ from typing import Any
 from reconciler.errors import InputError
 from reconciler.spec.bench import BenchProfilesFile, load_bench_profiles
 from reconciler.spec.fleet import FleetDefaults, Host
-from reconciler.spec.lane import Lane
+from reconciler.spec.lane import Lane, after_problems
 from reconciler.spec.model import ModelSpec
 from reconciler.spec.policyfiles import HardwareFile, KnownIssuesFile, RulesFile
 from reconciler.spec.upstream import UpstreamsFile
@@ -127,6 +127,9 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
                     line=doc.line((field_name,)),
                     field=field_name if field_name == "upstream" else "track.source",
                 )
+    for name, why in after_problems(lanes):
+        path = lane_files[name]
+        raise InputError(why, file=path, line=parse_yaml(path, files[path]).line(("after",)), field="after")
     profiles = load_bench_profiles(files, state_dir=state_dir)
     for name, lane in lanes.items():
         if isinstance(lane.bench_profile, str) and profiles.get(lane.bench_profile) is None:

@@ -1,0 +1,158 @@
+"""A swap as one transaction: what follows once every lane of a swap ran its own transaction.
+
+The giving lanes stopped (first, as every stop), the taking lanes ran their deploys. If every taking
+lane passed its readiness gate, the giving lanes' env files go (they were kept: a rollback needs them).
+If one did not, the swap is undone: the taking lanes leave the hosts (a failed one was already put back
+by its own transaction; one that passed is stopped), and each giving lane is started again on the spec
+it last passed its gate with, and gated again where it passed it: its health is observed, never
+inferred. The planner then holds both sides until the failed lane changes (`plan.swaps`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from reconciler.errors import LanesError
+from reconciler.execute.hostops import gather_hosts
+from reconciler.execute.leases import LeaseBlockedError
+from reconciler.execute.record import settle
+from reconciler.execute.results import LaneResult, ProgressEvent, Result
+from reconciler.execute.rollback import Restore, restart_healthy
+from reconciler.execute.transaction import Shared
+from reconciler.plan.health import Outcome
+from reconciler.plan.steps import LanePlan, Swap
+from reconciler.spec.lane import Health
+from reconciler.spec.load import DesiredState
+from reconciler.store.journal import LaneRecord
+
+TAKEN = frozenset({Result.APPLIED, Result.VERIFIED})
+"""A taking lane's results that count as having taken its hosts."""
+SWAP_ROLLED_BACK = "swap rolled back"
+"""How the giving and taking lanes' errors, and so `lanes status` and the commit's note, name the undo."""
+
+
+@dataclass
+class SwapRun:
+    shared: Shared
+    swap: Swap
+    plans: Mapping[str, LanePlan]
+    before: Mapping[str, LaneRecord | None]
+    """The giving lanes' records from before they stopped: what they last passed their gate with."""
+    desired: DesiredState
+    _runs: dict[str, str] = field(default_factory=dict)
+    _started: float = field(default_factory=time.time)
+
+    async def finish(self, results: Mapping[str, LaneResult]) -> dict[str, LaneResult]:
+        """The swap's lanes' results as they end: unchanged when it went through, amended when it was undone."""
+        failed = [t for t in self.swap.taking if t in results and results[t].result not in TAKEN]
+        gave = [g for g in self.swap.giving if g in results and results[g].result == Result.STOPPED]
+        if not failed:
+            await self._remove_env()
+            return {}
+        if not gave:
+            return {}  # nothing was given up: nothing to bring back
+        return await self._undo(failed, gave, results)
+
+    async def _remove_env(self) -> None:
+        by_host: dict[str, list[str]] = {}
+        for host, path in self.swap.remove_env:
+            by_host.setdefault(host, []).append(path)
+        errors = await gather_hosts([self.shared.ops.remove_env_files(h, p) for h, p in by_host.items()])
+        for lane in self.swap.giving:
+            detail = "; ".join(str(e) for e in errors) if errors else "env files of the stopped ranks removed"
+            self.shared.progress(ProgressEvent(lane, "env-files-remove", "failed" if errors else "done", detail))
+
+    async def _undo(
+        self, failed: list[str], gave: list[str], results: Mapping[str, LaneResult]
+    ) -> dict[str, LaneResult]:
+        s = self.shared
+        self._started = time.time()
+        why = "; ".join(f"{t} {results[t].result.value}: {results[t].error or 'no reason given'}" for t in failed)
+        cause = f"{', '.join(failed)} did not take {', '.join(self.swap.hosts)}"
+        for g in gave:
+            s.progress(ProgressEvent(g, "swap-rollback", "started", f"{cause}: {g} comes back"))
+        held: list[str] = []
+        restores: dict[str, Restore]
+        try:
+            await s.leases.take(self.swap.hosts, held, gave[0])
+            await self._clear_takers(results)
+            waits = (s.ops.wait_gpu_free(h, s.config.gpu_free_timeout_s) for h in self.swap.hosts)
+            await asyncio.gather(*waits, return_exceptions=True)  # the gate below says whether it serves
+            done = await asyncio.gather(*(self._restart(g, cause) for g in gave))
+            restores = dict(zip(gave, done, strict=True))
+        except (LeaseBlockedError, LanesError, OSError) as exc:
+            restores = {g: Restore(ok=False, attempted=True, error=str(exc)) for g in gave}
+        finally:
+            await s.leases.give_back(held)
+        out = {g: self._settle_giving(g, restores[g], cause, why, results[g]) for g in gave}
+        back = [g for g in gave if restores[g].ok]
+        tail = (
+            f"{SWAP_ROLLED_BACK}: {', '.join(back)} serve(s) again on the previous spec"
+            if back
+            else f"{SWAP_ROLLED_BACK}, but {', '.join(gave)} could not be brought back"
+        )
+        for t in self.swap.taking:
+            if t in results:
+                out[t] = self._settle_taking(t, results[t], tail)
+        return out
+
+    async def _clear_takers(self, results: Mapping[str, LaneResult]) -> None:
+        """A taking lane that passed its gate leaves the hosts again (a failed one already left them)."""
+        stops = [
+            self.shared.ops.stop_remove(host, spec.name)
+            for t in self.swap.taking
+            if t in results and results[t].result in TAKEN
+            for host, spec in self.plans[t].specs
+        ]
+        errors = await gather_hosts(stops)
+        if errors:
+            raise LanesError("; ".join(str(e) for e in errors))
+
+    async def _restart(self, lane: str, cause: str) -> Restore:
+        """The lane's last healthy spec started and gated, as one journaled step of its own run."""
+        store, lp = self.shared.store, self.plans[lane]
+        self._runs[lane] = run = store.new_run()
+        step_id = store.step_started(run, lane, lp.commit, 1000, "swap-rollback", {"describe": f"{cause}: restore"})
+        rec = self.before.get(lane)
+        if rec is None or not rec.healthy_specs:
+            restore = Restore(ok=False, attempted=False, error="no healthy spec on record to bring back")
+        else:
+            spec = self.desired.lanes.get(lane)
+            # The gate the lane passed with: its file's health settings, if the commit still has the file.
+            restore = await restart_healthy(self.shared.ops, rec, spec.health if spec else Health())
+        store.step_finished(step_id, error=None if restore.ok else restore.error or "not restored")
+        return restore
+
+    def _settle_giving(self, lane: str, restore: Restore, cause: str, why: str, result: LaneResult) -> LaneResult:
+        store, lp = self.shared.store, self.plans[lane]
+        rec = self.before.get(lane)
+        run, started = self._runs.get(lane) or store.new_run(), self._started
+        if restore.ok:
+            to = (restore.healthy_commit or "")[:12] or "previous"
+            message = f"{SWAP_ROLLED_BACK}: {cause} ({why}); {lane} serves its previous spec ({to}) again, seen ready"
+            # The gate passed just now: what serves is observed, and it is the spec the lane last ran.
+            settle(store, lane, Outcome.OBSERVED_READY, last_error=message, fingerprint=restore.fingerprint)
+            outcome = Result.ROLLED_BACK
+        else:
+            message = f"{SWAP_ROLLED_BACK}: {cause} ({why}); bringing {lane} back failed: {restore.error}"
+            settle(store, lane, Outcome.ROLLBACK_FAILED, last_error=message, fingerprint=None)
+            outcome = Result.FAILED
+        fingerprint = rec.fingerprint if rec else None
+        store.record_apply(
+            run, lane, lp.commit, fingerprint, outcome.value, message, started, {}, restore.logs, cause=lp.cause.value
+        )
+        self.shared.progress(ProgressEvent(lane, "swap-rollback", "done" if restore.ok else "failed", message))
+        return replace(result, result=outcome, error=message)
+
+    def _settle_taking(self, lane: str, result: LaneResult, tail: str) -> LaneResult:
+        store = self.shared.store
+        if result.result in TAKEN:
+            message = f"passed its gate, then stopped again: {tail}"
+            settle(store, lane, Outcome.STOPPED, last_error=message, fingerprint=None)
+            return replace(result, result=Result.ROLLED_BACK, error=message)
+        message = f"{result.error or result.result.value}; {tail}"
+        store.update_lane(lane, last_error=message)
+        return replace(result, error=message)

@@ -1,0 +1,119 @@
+"""Swaps and order between lanes: what the planner decides across lanes after planning each one.
+
+A swap is a commit that stops some lanes and deploys others on the hosts they free (the four
+production Sparks moving from one model to another). It is applied as one transaction: the giving
+lanes stop, the taking lanes start, and if a taking lane fails its gate the giving lanes come back on
+their last healthy spec (`reconciler.execute.swap`). So that the next cycle does not undo that rollback,
+a giving lane is not stopped again while a lane that would take its hosts is held back after failing
+(condemned, or waiting out a backoff): both sides wait, and the swap runs again once the failed lane's
+spec changes, `lanes retry` clears it, or its retry is due.
+
+`after:` in a lane file orders lanes where it matters otherwise: a lane is applied once the lanes it
+names finished their transaction in the same cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from reconciler.plan.steps import Cause, LanePlan, RemoveEnvFiles, Swap
+from reconciler.spec.lane import Lane
+
+TAKING = frozenset({"deploy"})
+"""Plans that start ranks on hosts: the taking side of a swap (a verify starts nothing)."""
+FAILED_TAKER = frozenset({Cause.CONDEMNED, Cause.BACKOFF})
+
+
+def _overlap(a: LanePlan, b: LanePlan) -> bool:
+    return bool(set(a.hosts) & set(b.hosts))
+
+
+def find_swaps(lane_plans: Sequence[LanePlan]) -> tuple[list[LanePlan], tuple[Swap, ...]]:
+    """Group stops and deploys that share hosts into swaps; the giving lanes keep their env files for now."""
+    stops = [lp for lp in lane_plans if lp.action == "stop"]
+    takes = [lp for lp in lane_plans if lp.action in TAKING]
+    groups: list[tuple[set[str], set[str], set[str]]] = []  # (giving, taking, hosts)
+    for lp in [*stops, *takes]:
+        giving, taking = ({lp.lane}, set()) if lp.action == "stop" else (set(), {lp.lane})
+        merged = (giving, taking, set(lp.hosts))
+        rest = []
+        for group in groups:
+            if group[2] & merged[2]:
+                merged = (merged[0] | group[0], merged[1] | group[1], merged[2] | group[2])
+            else:
+                rest.append(group)
+        groups = [*rest, merged]
+    swaps: list[Swap] = []
+    by_name = {lp.lane: lp for lp in lane_plans}
+    out = list(lane_plans)
+    for giving, taking, hosts in groups:
+        if not giving or not taking:
+            continue
+        remove: list[tuple[str, str]] = []
+        for name in sorted(giving):
+            lp = by_name[name]
+            remove += [f for step in lp.steps if isinstance(step, RemoveEnvFiles) for f in step.files]
+            kept = tuple(step for step in lp.steps if not isinstance(step, RemoveEnvFiles))
+            out[out.index(lp)] = replace(lp, steps=kept)
+        swaps.append(Swap(tuple(sorted(giving)), tuple(sorted(taking)), tuple(sorted(hosts)), tuple(remove)))
+    return out, tuple(sorted(swaps, key=lambda s: s.hosts))
+
+
+def hold_failed_swaps(lane_plans: Sequence[LanePlan]) -> list[LanePlan]:
+    """A giving lane whose hosts a held-back failed lane would take keeps serving; lanes that would take
+    the hosts it keeps wait with it (to a fixed point: holding one may hold another)."""
+    out = list(lane_plans)
+    failed = [lp for lp in out if lp.action == "blocked" and lp.cause in FAILED_TAKER]
+    holders = list(failed)
+    changed = True
+    while changed:
+        changed = False
+        for i, lp in enumerate(out):
+            if lp.action not in {"stop", *TAKING}:
+                continue
+            by = [h for h in holders if h.lane != lp.lane and _overlap(h, lp)]
+            if not by:
+                continue
+            out[i] = _held(lp, by, failed)
+            holders.append(out[i])
+            changed = True
+    return out
+
+
+def _held(lp: LanePlan, by: list[LanePlan], failed: list[LanePlan]) -> LanePlan:
+    names = ", ".join(sorted({f.lane for f in failed if _overlap(f, lp)} or {h.lane for h in by}))
+    retry = " or `lanes retry <lane>`" if any(f.cause == Cause.CONDEMNED for f in failed) else ""
+    if lp.action == "stop":
+        why = (
+            f"keeps serving on {', '.join(lp.hosts)}: the swap to {names} failed and was rolled back; "
+            f"it stops when the swap runs again (a new spec of {names}{retry}, or its retry when due)"
+        )
+    else:
+        why = (
+            f"waits: {', '.join(sorted(h.lane for h in by))} still serves on its hosts after the swap to "
+            f"{names} failed and was rolled back"
+        )
+    return replace(lp, action="blocked", reason=why, steps=(), cause=Cause.SWAP_HELD)
+
+
+def order_after(lane_plans: Sequence[LanePlan], lanes: Mapping[str, Lane]) -> list[LanePlan]:
+    """Stops first (a lane moving onto hosts another lane leaves needs them free), then each lane after
+    the changing lanes its `after:` names, then by name. The loader refuses cycles (`spec.lane`)."""
+    changing = {lp.lane for lp in lane_plans if lp.changes}
+    with_after = []
+    for lp in lane_plans:
+        lane = lanes.get(lp.lane)
+        deps = tuple(d for d in (lane.after if lane else ()) if d in changing and d != lp.lane)
+        with_after.append(replace(lp, after=deps) if lp.changes and deps else lp)
+    by_name = {lp.lane: lp for lp in with_after}
+    depth: dict[str, int] = {}
+
+    def level(name: str, seen: frozenset[str] = frozenset()) -> int:
+        if name not in depth:
+            lp = by_name.get(name)
+            deps = [d for d in (lp.after if lp else ()) if d not in seen]
+            depth[name] = 1 + max((level(d, seen | {name}) for d in deps), default=-1)
+        return depth[name]
+
+    return sorted(with_after, key=lambda lp: (lp.action != "stop", level(lp.lane), lp.lane))
