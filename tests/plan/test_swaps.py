@@ -44,7 +44,7 @@ def test_a_stop_and_a_deploy_on_the_same_hosts_are_one_swap_and_the_stop_keeps_i
     stop = lane_of(result, PRODUCTION)
     assert (stop.action, [s.kind for s in stop.steps]) == ("stop", ["lease", "stop"])
     assert lane_of(result, NEXT).action == "deploy"
-    assert [lp.lane for lp in result.lanes][0] == PRODUCTION  # stops first
+    assert result.lanes[0].lane == PRODUCTION  # stops first
     # A stop alone is no swap, and removes its env files itself.
     alone = run(with_lane(desired, PRODUCTION, desired="stopped"), applied)
     assert alone.swaps == ()
