@@ -9,8 +9,11 @@ under it. Pages are never cached and may not be framed or load anything.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
+
+import structlog
 
 from reconciler.daemon.http import Request, Response, is_loopback
 from reconciler.dashboard.access import refusal
@@ -21,6 +24,8 @@ from reconciler.dashboard.snapshot import Snapshot
 from reconciler.source.history import LaneChange
 from reconciler.store.status import status_rows
 from reconciler.upstream import UpstreamStore, gap_rows
+
+log = structlog.get_logger("lanes.dashboard")
 
 if TYPE_CHECKING:
     from reconciler.daemon.service import Daemon
@@ -38,10 +43,14 @@ def snapshot(daemon: Daemon) -> Snapshot:
     decider = daemon.decider
     desired = decider.last_desired
     last = decider.last_result
-    gaps = None
+    gaps, gap_error = None, None
     if desired is not None:
-        with UpstreamStore(daemon.config.daemon.db) as upstream:
-            gaps = gap_rows(desired, upstream)
+        try:
+            with UpstreamStore(daemon.config.daemon.db) as upstream:
+                gaps = gap_rows(desired, upstream)
+        except sqlite3.Error as exc:  # the journal's disk may refuse the upstream tables' creation
+            log.warning("dashboard.gap_unreadable", error=str(exc))
+            gap_error = f"the upstream records cannot be read: {exc}"
     return Snapshot(
         phase=daemon.phase,
         owner=daemon.config.daemon.owner,
@@ -54,6 +63,7 @@ def snapshot(daemon: Daemon) -> Snapshot:
         check=last.verdict.to_json() if last is not None else None,
         observed=last.observed if last is not None else None,
         gaps=gaps,
+        gap_error=gap_error,
     )
 
 

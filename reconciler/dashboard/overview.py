@@ -193,6 +193,8 @@ def memory_panel(check: Mapping[str, Any] | None) -> str:
 
 
 def gap_panel(snap: Snapshot) -> str:
+    if snap.gap_error is not None:
+        return f'<p class="bad">{e(snap.gap_error)}</p>'
     if snap.gaps is None:
         return '<p class="dim">no desired state yet</p>'
     rows = [

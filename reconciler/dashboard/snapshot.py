@@ -29,3 +29,4 @@ class Snapshot:
     observed: ObservedFleet | None = None
     """The last cycle's probe of every host."""
     gaps: list[GapRow] | None = None
+    gap_error: str | None = None
