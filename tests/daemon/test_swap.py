@@ -11,15 +11,16 @@ A swap whose new lane passes goes through, and the old lane's env files stay unt
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from reconciler.source.notes import read_note
 from tests.support.example import LANE_DIR, PROD_HOSTS, PRODUCTION, example_state, fast, fast_files, lane_yaml
+from tests.support.receivers import Receivers
 from tests.support.waiting import wait_for
-from tests.support.world import World, daemon_world
+from tests.support.world import World, control_world
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 _salt = itertools.count(191)
@@ -29,8 +30,26 @@ NEXT = "dsv41-flash-next-4x-sglang"
 
 
 @pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    async with daemon_world(tmp_path, next(_salt), connect_timeout_s=None, log_level="info") as w:
+def receivers() -> Iterator[Receivers]:
+    """A local generic JSON webhook receiver (Apprise's json://), as the daemon's settings route to it."""
+    r = Receivers("unused")
+    yield r
+    r.close()
+
+
+@pytest.fixture
+async def world(tmp_path: Path, receivers: Receivers) -> AsyncIterator[World]:
+    """The daemon as a process over the example fleet, converged at the first commit, notifying `receivers`."""
+    hook = f"""
+[notifications]
+backoff_s = 0.2
+[notifications.receivers.ops]
+url = "json://{receivers.hostport}/hook/ops"
+"""
+    async with control_world(tmp_path, next(_salt)) as w:
+        d = w.add_daemon("daemon", owner="lanes-test", log_level="info", extra=hook)
+        await d.start()
+        await w.deployed(w.heads[0])
         yield w
 
 
@@ -57,7 +76,9 @@ def swap_commit(world: World, image: str, message: str) -> str:
     return head
 
 
-async def test_a_swap_whose_new_lane_never_gets_ready_brings_the_old_lane_back(world: World) -> None:
+async def test_a_swap_whose_new_lane_never_gets_ready_brings_the_old_lane_back(
+    world: World, receivers: Receivers
+) -> None:
     old = ranks(world, PRODUCTION)
     assert len(old) == 4
     old_ids = {b.name: b.id for h in PROD_HOSTS for b in world.containers(h)}
@@ -94,6 +115,12 @@ async def test_a_swap_whose_new_lane_never_gets_ready_brings_the_old_lane_back(w
         30,
         "the commit's note",
     )
+
+    # A person is told, by the notification of a rolled-back lane, that it was the swap.
+    def told() -> bool:
+        return any(PRODUCTION in g.text and "swap rolled back" in g.text for g in receivers.of("json"))
+
+    await wait_for(told, 30, "the notification")
     # A later cycle neither stops the old lane again nor retries the failed one: both are held.
     seen = world.lane_row(PRODUCTION)["updated"]
     world.daemon.kick()
