@@ -23,7 +23,7 @@ th,td{text-align:left;vertical-align:top;padding:.3rem .45rem;border-bottom:1px 
 th{font-weight:600;white-space:nowrap}code{font-size:.9em;word-break:break-all}
 .healthy,.applied,.ok{color:var(--ok)}.failed,.denied,.refused,.degraded,.bad{color:var(--bad)}
 .progressing,.blocked,.held,.suspended,.rolled-back,.warn{color:var(--warn)}.dim{color:var(--dim)}
-.bar{display:flex;height:1.1rem;border:1px solid var(--line);position:relative;min-width:8rem}
+.bar{display:flex;height:1.1rem;border:1px solid var(--line);position:relative;min-width:12rem}
 .bar span{display:block;height:100%}.weights{background:#1a73e8}.kv{background:#34a853}
 .drafter{background:#a142f4}.overhead{background:#fbbc04}
 .budget{position:absolute;top:-3px;bottom:-3px;border-left:3px solid var(--bad)}

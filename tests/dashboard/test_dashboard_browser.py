@@ -144,7 +144,7 @@ async def test_every_panel_in_chromium_with_no_secret_on_any_page(tmp_path: Path
         shots = tmp_path / "screenshots"
         shots.mkdir()
         await screenshot(base + "/", shots / "overview-phone.png", 390, 2400)
-        await screenshot(base + "/", shots / "overview-desktop.png", 1280, 2400)
+        await screenshot(base + "/", shots / "overview-desktop.png", 1280, 4000)
         await screenshot(f"{base}/lanes/{PRODUCTION}", shots / "production-desktop.png", 1280, 2400)
 
         # -- the bearer token (httpx: a browser takes none on its command line) ---------------
