@@ -77,7 +77,8 @@ class Executor:
                     tasks[lp.lane] = asyncio.ensure_future(after_then_apply(lp))
 
                 async def finish(run: SwapRun) -> dict[str, LaneResult]:
-                    waits = [tasks[t] for t in run.swap.taking if t in tasks]
+                    # Its giving lanes too: one stopped before a restart is a noop here, observed concurrently.
+                    waits = [tasks[t] for t in (*run.swap.taking, *run.swap.giving) if t in tasks]
                     if waits:
                         await asyncio.wait(waits)
                     return await self._swap_safely(

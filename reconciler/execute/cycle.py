@@ -16,6 +16,7 @@ from reconciler.execute.apply import Executor, ExecutorConfig, LaneResult, Progr
 from reconciler.execute.hostops import HostOps
 from reconciler.execute.results import SETTLED
 from reconciler.execute.secrets import SecretStore
+from reconciler.execute.swap import stopped_lanes
 from reconciler.facts.observed import ObservedFleet
 from reconciler.observe.probe import lease_file, observe
 from reconciler.plan import Plan, PlanOptions, plan_fleet
@@ -142,6 +143,7 @@ class CycleRunner:
             windows=loaded.policies.windows,
             window_clock=window_clock(),
             window_override=now or overrides_windows(loaded.message),
+            stopped=stopped_lanes(self.store.lanes()),
         )
         return verdict, observed, plan_fleet(desired, observed, verdict, options), targets
 

@@ -21,9 +21,11 @@ from reconciler.execute.leases import LeaseBlockedError
 from reconciler.execute.record import settle
 from reconciler.execute.results import LaneResult, ProgressEvent, Result
 from reconciler.execute.rollback import Restore, restart_healthy
+from reconciler.execute.specjson import spec_from_json
 from reconciler.execute.transaction import Shared
 from reconciler.plan.health import Outcome
 from reconciler.plan.steps import LanePlan, Swap
+from reconciler.plan.swaps import Stopped
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import LaneRecord
@@ -32,6 +34,19 @@ TAKEN = frozenset({Result.APPLIED, Result.VERIFIED})
 """A taking lane's results that count as having taken its hosts."""
 SWAP_ROLLED_BACK = "swap rolled back"
 """How the giving and taking lanes' errors, and so `lanes status` and the commit's note, name the undo."""
+
+
+def stopped_lanes(records: list[LaneRecord]) -> dict[str, Stopped]:
+    """Lanes the journal says were stopped, at which commit, and where their last healthy spec ran."""
+    out: dict[str, Stopped] = {}
+    for rec in records:
+        if rec.desired != "stopped" or rec.health != "stopped" or not rec.applied_commit or not rec.healthy_specs:
+            continue
+        ranks = [spec_from_json(d) for d in rec.healthy_specs]
+        hosts = tuple(dict.fromkeys(h for h, _ in ranks))
+        env = tuple((h, spec.env_file) for h, spec in ranks if spec.env_file)
+        out[rec.name] = Stopped(rec.applied_commit, hosts, env)
+    return out
 
 
 @dataclass
@@ -48,7 +63,8 @@ class SwapRun:
     async def finish(self, results: Mapping[str, LaneResult]) -> dict[str, LaneResult]:
         """The swap's lanes' results as they end: unchanged when it went through, amended when it was undone."""
         failed = [t for t in self.swap.taking if t in results and results[t].result not in TAKEN]
-        gave = [g for g in self.swap.giving if g in results and results[g].result == Result.STOPPED]
+        # Stopped now, or (a noop) stopped at this commit before a restart and kept for this swap.
+        gave = [g for g in self.swap.giving if g in results and results[g].result in {Result.STOPPED, Result.NOOP}]
         if not failed:
             await self._remove_env()
             return {}

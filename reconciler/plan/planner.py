@@ -38,7 +38,7 @@ from reconciler.plan.steps import (
     WaitReady,
     WriteEnvFiles,
 )
-from reconciler.plan.swaps import find_swaps, hold_failed_swaps, order_after
+from reconciler.plan.swaps import Stopped, find_swaps, hold_failed_swaps, order_after
 from reconciler.plan.windows import hold_for, restarts_running
 from reconciler.policy import Verdict
 from reconciler.spec.lane import Lane
@@ -68,6 +68,8 @@ class PlanOptions:
     """The instant change windows are judged at (epoch seconds); None takes `clock`."""
     window_override: bool = False
     """A person asked for now (`lanes apply --now`, a commit's `Lanes-Change-Window: now`): no change waits."""
+    stopped: Mapping[str, Stopped] = field(default_factory=dict)
+    """lane -> the commit it was stopped at and where it last served: a swap begun before a restart."""
 
 
 def fingerprint(specs: Sequence[tuple[str, ContainerSpec]]) -> str:
@@ -88,7 +90,7 @@ def plan_fleet(
     # Across lanes: a failed swap is not redone until its failed lane changes; stops and deploys on the
     # same hosts go as one swap; stops first, then `after:` order.
     lane_plans = hold_failed_swaps(lane_plans)
-    lane_plans, swaps = find_swaps(lane_plans)
+    lane_plans, swaps = find_swaps(lane_plans, opts.stopped, opts.ready)
     lane_plans = order_after(lane_plans, desired.lanes)
     return Plan(commit=desired.commit, lanes=tuple(lane_plans), swaps=swaps)
 

@@ -15,27 +15,54 @@ names finished their transaction in the same cycle.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from reconciler.plan.steps import Cause, LanePlan, RemoveEnvFiles, Swap
 from reconciler.spec.lane import Lane
 
-TAKING = frozenset({"deploy"})
-"""Plans that start ranks on hosts: the taking side of a swap (a verify starts nothing)."""
+TAKING = frozenset({"deploy", "verify"})
+"""Plans that start ranks on hosts, or gate ranks started before a restart: the taking side of a swap."""
 FAILED_TAKER = frozenset({Cause.CONDEMNED, Cause.BACKOFF})
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A lane the journal says was stopped at `commit`, and where its last healthy spec ran."""
+
+    commit: str
+    hosts: tuple[str, ...]
+    env_files: tuple[tuple[str, str], ...] = ()  # (host, path) of its last healthy spec's ranks
 
 
 def _overlap(a: LanePlan, b: LanePlan) -> bool:
     return bool(set(a.hosts) & set(b.hosts))
 
 
-def find_swaps(lane_plans: Sequence[LanePlan]) -> tuple[list[LanePlan], tuple[Swap, ...]]:
-    """Group stops and deploys that share hosts into swaps; the giving lanes keep their env files for now."""
-    stops = [lp for lp in lane_plans if lp.action == "stop"]
+def find_swaps(
+    lane_plans: Sequence[LanePlan],
+    stopped: Mapping[str, Stopped] | None = None,
+    ready: Mapping[str, str] | None = None,
+) -> tuple[list[LanePlan], tuple[Swap, ...]]:
+    """Group stops and deploys that share hosts into swaps; the giving lanes keep their env files for now.
+
+    A lane already stopped at this commit, whose hosts a lane takes that never passed its gate with this
+    spec, gives them too: the swap began before a restart (the daemon killed or stopped while the taking
+    lane loaded), and must still be undone if the taking lane fails.
+    """
+    stopped, ready = stopped or {}, ready or {}
     takes = [lp for lp in lane_plans if lp.action in TAKING]
+    unproven = [lp for lp in takes if ready.get(lp.lane) != lp.fingerprint]
+    stops = [lp for lp in lane_plans if lp.action == "stop"]
+    for lp in lane_plans:
+        was = stopped.get(lp.lane)
+        if lp.action != "noop" or lp.cause != Cause.NOTHING_RUNS or was is None or was.commit != lp.commit:
+            continue
+        gave = replace(lp, hosts=was.hosts)
+        if any(_overlap(gave, t) for t in unproven):
+            stops.append(gave)
     groups: list[tuple[set[str], set[str], set[str]]] = []  # (giving, taking, hosts)
-    for lp in [*stops, *takes]:
-        giving, taking = ({lp.lane}, set()) if lp.action == "stop" else (set(), {lp.lane})
+    for lp, gives in [*((lp, True) for lp in stops), *((lp, False) for lp in takes)]:
+        giving, taking = ({lp.lane}, set()) if gives else (set(), {lp.lane})
         merged = (giving, taking, set(lp.hosts))
         rest = []
         for group in groups:
@@ -53,6 +80,9 @@ def find_swaps(lane_plans: Sequence[LanePlan]) -> tuple[list[LanePlan], tuple[Sw
         remove: list[tuple[str, str]] = []
         for name in sorted(giving):
             lp = by_name[name]
+            if lp.action == "noop":  # stopped before a restart: its env files were kept for this swap
+                remove += stopped[name].env_files
+                continue
             remove += [f for step in lp.steps if isinstance(step, RemoveEnvFiles) for f in step.files]
             kept = tuple(step for step in lp.steps if not isinstance(step, RemoveEnvFiles))
             out[out.index(lp)] = replace(lp, steps=kept)

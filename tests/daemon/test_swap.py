@@ -11,6 +11,7 @@ A swap whose new lane passes goes through, and the old lane's env files stay unt
 from __future__ import annotations
 
 import itertools
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -154,4 +155,24 @@ async def test_a_swap_goes_through_and_the_old_env_files_stay_until_the_new_lane
     assert [image for _, _, image in ranks(world, NEXT)] == [slow] * 4
     assert world.health(PRODUCTION)[0] == "stopped"
     assert "swap rolled back" not in str(world.lane_row(PRODUCTION).get("last_error"))
+    assert await world.daemon.stop(timeout=30) == 0
+
+
+async def test_a_swap_cut_short_by_a_killed_daemon_is_still_undone_when_the_new_lane_fails(world: World) -> None:
+    old = ranks(world, PRODUCTION)
+    never = world.fleet.registry.add(
+        "aidendle94/sparkrun-sglang-dsv41-gb10:never", env={"STANDIN_NEVER_HEALTHY": "1"}
+    ).pinned
+    head = swap_commit(world, never, "move dgx1-4 to the next build (which never gets ready)")
+    await wait_for(lambda: world.in_step(NEXT, "wait-ready"), 60, "the new lane's readiness wait", 0.05)
+    assert await world.daemon.stop(signal.SIGKILL, timeout=30) == -signal.SIGKILL
+    assert ranks(world, PRODUCTION) == [] and len(ranks(world, NEXT)) == 4
+    assert len(env_files(world, PRODUCTION)) == 4  # kept for the swap, which is not over
+    await world.daemon.start()
+    # Back: the new lane's ranks are gated again, fail, and the production lane stopped before the kill returns.
+    await wait_for(lambda: "swap rolled back" in str(world.lane_row(PRODUCTION).get("last_error")), 90, "undone")
+    assert ranks(world, PRODUCTION) == old
+    assert ranks(world, NEXT) == []
+    assert world.lane_row(PRODUCTION)["health"] == "healthy"
+    assert [a["result"] for a in world.applies(PRODUCTION, head)][-1] == "rolled-back"
     assert await world.daemon.stop(timeout=30) == 0

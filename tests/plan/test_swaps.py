@@ -10,10 +10,11 @@ import pytest
 from reconciler.errors import InputError
 from reconciler.plan import Cause, Plan, fingerprint
 from reconciler.plan.steps import Swap
+from reconciler.plan.swaps import Stopped
 from reconciler.policy import evaluate
 from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState, load_desired
-from tests.plan.test_planner import NEW_IMAGE, converge, run
+from tests.plan.test_planner import NEW_IMAGE, applied_fleet, converge, empty_fleet, run
 from tests.plan.test_suspend_windows import lane_of
 from tests.support.example import EUGR, PRODUCTION, example_policies, example_state, repo_files, with_lane
 
@@ -123,3 +124,19 @@ def test_after_names_known_lanes_without_cycles(afters: dict[str, list[str]], la
         load_desired(files, "c" * 40)
     assert message in str(caught.value) and caught.value.file == f"state/lanes/{lane}.yaml"
     assert load_desired(_with_after(repo_files(), PRODUCTION, [EUGR]), "c" * 40).lanes[PRODUCTION].after == (EUGR,)
+
+
+def test_a_lane_stopped_at_this_commit_gives_its_hosts_to_a_lane_not_yet_seen_ready_there() -> None:
+    desired = example_state()
+    state = swapped(desired)
+    # After a restart mid-swap: the production lane stopped, NEXT's ranks run and no gate saw them ready.
+    observed = applied_fleet(state, run(state, empty_fleet(state)))
+    env = (("dgx1", "/var/lib/lanes/env/lanes-p-r0.env"),)
+    stopped = {PRODUCTION: Stopped(state.commit, PROD_HOSTS, env)}
+    result = run(state, observed, ready={}, stopped=stopped)
+    assert (lane_of(result, NEXT).action, lane_of(result, PRODUCTION).action) == ("verify", "noop")
+    assert result.swaps == (Swap((PRODUCTION,), (NEXT,), PROD_HOSTS, env),)
+    # Not when it was stopped at another commit, nor once NEXT was seen ready (a later repair is no swap).
+    earlier = {PRODUCTION: Stopped("e" * 40, PROD_HOSTS, env)}
+    assert run(state, observed, ready={}, stopped=earlier).swaps == ()
+    assert run(state, observed, ready={NEXT: next_fingerprint(state)}, stopped=stopped).swaps == ()
