@@ -3,8 +3,10 @@
 Lanes are independent: they run concurrently, and nothing that goes wrong in
 one lane (a failed step, a bug in lanes itself) stops another lane or the
 cycle; it becomes that lane's result. Stops go first, since a deploy may need
-the hosts they free. In-sync lanes are not taken on trust: their engine is
-asked once (`reconciler.execute.assess`) and their health follows the answer.
+the hosts they free; stops and deploys on the same hosts end as one swap
+(`reconciler.execute.swap`), and a lane waits for the lanes its `after:` names.
+In-sync lanes are not taken on trust: their engine is asked once
+(`reconciler.execute.assess`) and their health follows the answer.
 """
 
 from __future__ import annotations

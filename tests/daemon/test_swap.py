@@ -5,7 +5,8 @@ when the new lane failed its readiness gate it was rolled back to nothing and th
 stopped, so the four hosts served nothing until a person reverted the commit. Now the production lane
 comes back on the spec it ran, gated (seen ready), the status and the commit's note say the swap was
 rolled back, and later cycles neither stop it again nor retry the failed lane until that lane changes.
-A swap whose new lane passes goes through, and the old lane's env files stay until it passed.
+A swap whose new lane passes goes through, and the old lane's env files stay until it passed; a swap cut
+short by a killed daemon is still undone when, back, the new lane fails its gate.
 """
 
 from __future__ import annotations
