@@ -60,10 +60,15 @@ class Executor:
         swaps = [
             SwapRun(shared, swap, by_name, {g: self.store.lane(g) for g in swap.giving}, desired) for swap in plan.swaps
         ]
-        stops = [lp for lp in plan.lanes if lp.action == "stop"]
-        rest = [lp for lp in plan.lanes if lp.action != "stop"]
         results: dict[str, LaneResult] = {}
         try:
+            for run in list(swaps):
+                not_begun = await self._begin_safely(run)
+                if not_begun is not None:  # a taking lane's image cannot be had: nothing of this swap runs
+                    results.update(not_begun)
+                    swaps.remove(run)
+            stops = [lp for lp in plan.lanes if lp.action == "stop" and lp.lane not in results]
+            rest = [lp for lp in plan.lanes if lp.action != "stop" and lp.lane not in results]
             async with assessment_client(self.config.assess_timeout_s) as client:
                 for lp in stops:
                     results[lp.lane] = await self._one_safely(lp, desired, shared, client)
@@ -95,6 +100,16 @@ class Executor:
         finally:
             await leases.stop_renewals()  # every path gives its leases back; this only guards against leaks
         return [results[lp.lane] for lp in plan.lanes]
+
+    async def _begin_safely(self, run: SwapRun) -> dict[str, LaneResult] | None:
+        """A swap's pulls ahead of its stops; a bug in them lets the swap go on as it would have."""
+        try:
+            return await run.begin()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("swap.internal_error", swap=run.swap.describe(), error=str(exc))
+            return None
 
     async def _swap_safely(self, run: SwapRun, results: dict[str, LaneResult]) -> dict[str, LaneResult]:
         """A swap's end (undo or env files); a bug in it leaves the lanes' own results, and says so."""

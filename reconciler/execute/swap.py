@@ -15,16 +15,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from reconciler.errors import LanesError
+from reconciler.errors import LanesError, StepFailedError
 from reconciler.execute.hostops import gather_hosts
 from reconciler.execute.leases import LeaseBlockedError
-from reconciler.execute.record import settle
+from reconciler.execute.record import failure_fields, settle
 from reconciler.execute.results import LaneResult, ProgressEvent, Result
 from reconciler.execute.rollback import Restore, restart_healthy
 from reconciler.execute.specjson import spec_from_json
-from reconciler.execute.transaction import Shared
+from reconciler.execute.transaction import LaneTransaction, Shared
 from reconciler.plan.health import Outcome
-from reconciler.plan.steps import LanePlan, Swap
+from reconciler.plan.steps import Cause, LanePlan, Swap
 from reconciler.plan.swaps import Stopped
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
@@ -59,6 +59,47 @@ class SwapRun:
     desired: DesiredState
     _runs: dict[str, str] = field(default_factory=dict)
     _started: float = field(default_factory=time.time)
+
+    async def begin(self) -> dict[str, LaneResult] | None:
+        """Before any giving lane stops: the taking lanes' images pulled and checked (digest, driver,
+        launcher). None to go on; else the results of a swap that did not begin, the giving lanes serving."""
+        for t in self.swap.taking:
+            lp = self.plans[t]
+            lane = self.desired.lanes.get(t)
+            if lp.action != "deploy" or lane is None:
+                continue
+            try:
+                await LaneTransaction(self.shared, lp, lane.health).pull_ahead()
+            except StepFailedError as exc:
+                return self._not_begun(t, exc)
+        return None
+
+    def _not_begun(self, failed: str, exc: StepFailedError) -> dict[str, LaneResult]:
+        store = self.shared.store
+        out: dict[str, LaneResult] = {}
+        kept = ", ".join(self.swap.giving)
+        for t in self.swap.taking:
+            lp = self.plans[t]
+            if t == failed:
+                fields, message = failure_fields(store, lp, exc, f"{exc}; the swap did not begin: {kept} kept serving")
+                settle(store, t, Outcome.FAILED_UNTOUCHED, last_error=message, desired_commit=lp.commit, **fields)
+                result = Result.FAILED
+            else:
+                message = f"the swap did not begin ({failed}: {exc}); {kept} kept serving"
+                settle(store, t, Outcome.WAITING, last_error=message, desired_commit=lp.commit)
+                result = Result.BLOCKED
+            store.record_apply(
+                store.new_run(), t, lp.commit, lp.fingerprint, result.value, message, time.time(), {},
+                cause=lp.cause.value,
+            )  # fmt: skip
+            out[t] = LaneResult(t, lp.action, result, message, cause=lp.cause)
+        for g in self.swap.giving:
+            lp = self.plans[g]
+            message = f"kept serving: the swap to {', '.join(self.swap.taking)} did not begin ({failed}: {exc})"
+            settle(store, g, Outcome.WAITING, last_error=message, desired_commit=lp.commit)
+            self.shared.progress(ProgressEvent(g, "swap", "info", message))
+            out[g] = LaneResult(g, lp.action, Result.BLOCKED, message, cause=Cause.SWAP_HELD)
+        return out
 
     async def finish(self, results: Mapping[str, LaneResult]) -> dict[str, LaneResult]:
         """The swap's lanes' results as they end: unchanged when it went through, amended when it was undone."""

@@ -138,6 +138,13 @@ class LaneTransaction:
         await self.s.leases.give_back(self.held)
         return self._succeeded()
 
+    async def pull_ahead(self) -> None:
+        """Only the plan's pulls (journaled as this lane's steps): a swap pulls its taking lanes' images
+        before its giving lanes stop, so an image that cannot be had leaves them serving."""
+        for seq, step in enumerate(self.lp.steps):
+            if isinstance(step, PullImages):
+                await self._step(seq, step)
+
     # -- steps ------------------------------------------------------------------
 
     async def _step(self, seq: int, step: Step) -> None:

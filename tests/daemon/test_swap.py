@@ -177,3 +177,21 @@ async def test_a_swap_cut_short_by_a_killed_daemon_is_still_undone_when_the_new_
     assert world.lane_row(PRODUCTION)["health"] == "healthy"
     assert [a["result"] for a in world.applies(PRODUCTION, head)][-1] == "rolled-back"
     assert await world.daemon.stop(timeout=30) == 0
+
+
+async def test_a_swap_whose_new_image_cannot_be_pulled_never_stops_the_old_lane(world: World) -> None:
+    ids = {b.name: b.id for h in PROD_HOSTS for b in world.containers(h) if PRODUCTION in b.name}
+    assert len(ids) == 4
+    unreachable = world.image("next-outage", load_s=0.5)
+    world.fleet.registry.go_down()
+    head = swap_commit(world, unreachable, "move dgx1-4 to the next build (the registry is down)")
+    await wait_for(lambda: "the swap did not begin" in str(world.lane_row(NEXT).get("last_error")), 60, "refused")
+    # Pulled before anything stopped: the production lane's very containers still run, and it says why.
+    assert {b.name: b.id for h in PROD_HOSTS for b in world.containers(h) if PRODUCTION in b.name} == ids
+    assert ranks(world, NEXT) == []
+    prod = world.lane_row(PRODUCTION)
+    assert prod["health"] == "healthy" and "kept serving: the swap to" in str(prod["last_error"])
+    assert [a["result"] for a in world.applies(PRODUCTION, head)] == []  # no transaction of its own ran
+    assert world.lane_row(NEXT)["retry_at"]  # a registry outage passes: tried again after a backoff
+    world.fleet.registry.come_back()
+    assert await world.daemon.stop(timeout=30) == 0
