@@ -1,11 +1,13 @@
-"""A swap as one transaction: what follows once every lane of a swap ran its own transaction.
+"""A swap as one transaction: what comes before its lanes' own transactions, and what follows them.
 
-The giving lanes stopped (first, as every stop), the taking lanes ran their deploys. If every taking
-lane passed its readiness gate, the giving lanes' env files go (they were kept: a rollback needs them).
-If one did not, the swap is undone: the taking lanes leave the hosts (a failed one was already put back
-by its own transaction; one that passed is stopped), and each giving lane is started again on the spec
-it last passed its gate with, and gated again where it passed it: its health is observed, never
-inferred. The planner then holds both sides until the failed lane changes (`plan.swaps`).
+Before: the taking lanes' images are pulled and checked, so an image that cannot be had leaves the
+giving lanes serving, untouched (`begin`). After: the giving lanes stopped (first, as every stop) and
+the taking lanes ran their deploys. If every taking lane passed its readiness gate, the giving lanes'
+env files go (they were kept: a rollback needs them). If one did not, the swap is undone: the taking
+lanes leave the hosts (a failed one was already put back by its own transaction; one that passed is
+stopped), and each giving lane is started again on the spec it last passed its gate with, and gated
+again where it passed it: its health is observed, never inferred. The planner then holds both sides
+until the failed lane changes (`reconciler.plan.swaps`).
 """
 
 from __future__ import annotations
