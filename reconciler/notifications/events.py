@@ -96,6 +96,21 @@ def cycle_events(result: CycleResult, desired: DesiredState) -> list[Event]:
                     labels=labels,
                 )
             )
+        elif r.result == Result.ROLLED_BACK and _gave_back(r.lane, r.error):
+            events.append(
+                Event(
+                    "lane.rolled_back",
+                    f"lanes: swap rolled back, {r.lane} serves its previous spec again ({commit[:12]})",
+                    f"{_short(r.error)}. The hosts it gave up went back to it: it serves its previous spec while "
+                    "the commit wants it stopped.",
+                    "find the lane that failed to take the hosts with `lanes status`; fix its lane file and push, "
+                    "or revert the commit; `lanes retry` names that lane, not this one",
+                    commit=commit,
+                    lanes=(r.lane,),
+                    labels=labels,
+                    severity="failure",
+                )
+            )
         elif r.result == Result.ROLLED_BACK:
             events.append(
                 Event(
@@ -239,3 +254,8 @@ def proposal_event(
         labels=_lane_labels(desired, lane),
         severity="info",
     )
+
+
+def _gave_back(lane: str, error: str | None) -> bool:
+    """A lane a swap gave its hosts back to (execute/swap.py words its error so), not the lane that failed."""
+    return bool(error) and f"; {lane} serves its previous spec (" in (error or "")

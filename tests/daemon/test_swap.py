@@ -123,6 +123,9 @@ async def test_a_swap_whose_new_lane_never_gets_ready_brings_the_old_lane_back(
         return any(PRODUCTION in g.text and "swap rolled back" in g.text for g in receivers.of("json"))
 
     await wait_for(told, 30, "the notification")
+    # ... and is not told to retry the lane that serves again: the retry belongs to the lane that failed.
+    restored = [g.text for g in receivers.of("json") if f"swap rolled back, {PRODUCTION} serves" in g.text]
+    assert restored and all(f"lanes retry {PRODUCTION}`" not in text for text in restored), restored
     # A later cycle neither stops the old lane again nor retries the failed one: both are held.
     seen = world.lane_row(PRODUCTION)["updated"]
     world.daemon.kick()
