@@ -246,7 +246,8 @@ def print_paste_hint(console: Console, clone: Path, http_port: int) -> None:
         f"\nThe daemon now watches {clone} (Ctrl-C stops it). Change a lane and commit, e.g.:\n"
         f"  sed -i 's/max_num_seqs: 8/max_num_seqs: 4/' {lane}\n"
         f"  git -C {clone} commit -am 'eugr: 4 sequences'\n"
-        f"then: lanes status --daemon http://127.0.0.1:{http_port}\n",
+        f"then: lanes status --daemon http://127.0.0.1:{http_port}\n"
+        f"or open the dashboard: http://127.0.0.1:{http_port}/\n",
         highlight=False,
         soft_wrap=True,
         markup=False,

@@ -141,6 +141,7 @@ def test_the_demos_paste_ready_commands_stay_on_one_line_at_80_columns(tmp_path:
     sed = f"  sed -i 's/max_num_seqs: 8/max_num_seqs: 4/' {clone}/state/lanes/eugr-nightly-dsv41-3x.yaml"
     assert sed in lines and f"  git -C {clone} commit -am 'eugr: 4 sequences'" in lines
     assert "then: lanes status --daemon http://127.0.0.1:54321" in lines
+    assert "or open the dashboard: http://127.0.0.1:54321/" in lines
 
 
 def test_status_without_a_journal_says_never_applied_not_progressing(tmp_path: Path) -> None:
