@@ -2,7 +2,9 @@
 
 One rank per host, tp x pp ranks; hosts that exist with a hardware profile
 the budget can be computed against; ep and dcp that divide what they split;
-attention heads that split evenly over tp (vLLM and SGLang refuse the rest).
+attention heads that split evenly over tp (vLLM and SGLang refuse the rest);
+no dcp on a model with sliding-window layers under vLLM, which refuses it
+(kv.py dcp_sliding_refusal).
 A lane that fails here may still get budgets for the ranks that resolve.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from reconciler.policy.config import RuleSettings
 from reconciler.policy.context import Context
+from reconciler.policy.kv import dcp_sliding_refusal
 from reconciler.spec.lane import Lane
 
 
@@ -126,6 +129,15 @@ def _heads(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
                 ),
                 detail={"kv_heads": kv, "tp": lane.tp},
             )
+    refusal = dcp_sliding_refusal(arch, lane.engine, lane.dcp)
+    if refusal is not None:
+        ctx.report(
+            rule,
+            severity="deny",
+            lane=lane,
+            message=f"{refusal.message} ({refusal.source})",
+            detail={"dcp": lane.dcp, "refusal": refusal.code},
+        )
     if lane.pp > arch.layers:
         ctx.report(
             rule,
