@@ -29,6 +29,14 @@ class HostMemory:
     source: str = "probe /proc/meminfo MemAvailable"
     busy: tuple[str, ...] = ()
     """Lanes running on the host when it was probed: then MemAvailable is not what a boot would see."""
+    total: int | None = None
+    """MemTotal of the same read: a host whose total is not its profile's is not the machine the profile
+    describes (a misdeclared profile, a test host), and its MemAvailable says nothing of a GB10's boot."""
+
+
+PROFILE_TOLERANCE = 0.05
+"""How far MemTotal may sit from the profile's total memory: GB10 reports 127,601,452 kB = 121.7 GiB
+(policies/hardware.yaml gb10.torch_visible); 5 % leaves room for a kernel that reserves a little more."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,8 @@ class BootFree:
 
 def boot_free(host: str, capacity: Capacity, observed: Mapping[str, HostMemory]) -> BootFree:
     seen = observed.get(host)
-    if seen is not None and not seen.busy:
+    unlike = seen is not None and seen.total is not None and not _like(seen.total, capacity.torch_visible)
+    if seen is not None and not seen.busy and not unlike:
         when = (
             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seen.observed_at))
             if seen.observed_at is not None
@@ -57,7 +66,12 @@ def boot_free(host: str, capacity: Capacity, observed: Mapping[str, HostMemory])
             observed_at=seen.observed_at,
         )
     why = ""
-    if seen is not None:
+    if seen is not None and unlike and seen.total is not None:
+        why = (
+            f"; {host}'s observed MemTotal {seen.total / GIB:.1f} GiB is not the {capacity.profile} profile's "
+            f"{capacity.torch_visible / GIB:.1f} GiB, so its MemAvailable does not stand for a {capacity.profile} boot"
+        )
+    elif seen is not None:
         why = (
             f"; {host}'s observed {seen.available / GIB:.1f} GiB MemAvailable is not a boot's view while "
             f"{', '.join(seen.busy)} runs there"
@@ -81,5 +95,10 @@ def from_observation(fleet: ObservedFleet) -> dict[str, HostMemory]:
             available=seen.memory.available_bytes,
             observed_at=seen.probed_at,
             busy=tuple(busy),
+            total=seen.memory.total_bytes,
         )
     return out
+
+
+def _like(total: int, profile_total: int) -> bool:
+    return abs(total - profile_total) <= PROFILE_TOLERANCE * profile_total

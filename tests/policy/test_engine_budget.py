@@ -151,6 +151,19 @@ def test_a_busy_host_is_not_a_boot_view_and_falls_back_to_the_profile() -> None:
     assert "while other runs there" in rank.base_source
 
 
+def test_a_host_whose_total_is_not_its_profiles_falls_back_to_the_profile() -> None:
+    # The test profile's total is 100 GiB: a host with 31 GiB of MemTotal (a test box, a misdeclared
+    # profile) is not that machine, and its 20 GiB available says nothing of a boot on it.
+    seen = {"h0": HostMemory(host="h0", available=20 * GIB, observed_at=1.0, total=31 * GIB)}
+    [rank] = list(run(seen, engine="sglang").budgets)
+    assert (rank.base_bytes, rank.base_origin) == (BOOT, "profile")
+    assert "MemTotal 31.0 GiB is not the unit profile's 100.0 GiB" in rank.base_source
+    # 97 GiB of MemTotal is within 5 % of 100 GiB: the observation stands.
+    seen = {"h0": HostMemory(host="h0", available=90 * GIB, observed_at=1.0, total=97 * GIB)}
+    [rank] = list(run(seen, engine="sglang").budgets)
+    assert (rank.base_bytes, rank.base_origin) == (90 * GIB, "observed")
+
+
 def test_sglang_pool_under_max_model_len_denies_with_the_context_it_would_give() -> None:
     # weights 40 GiB of a 42.5 GiB budget leave a 2.5 GiB pool: 2.5 x 2^30 / 4096 = 655,360 tokens.
     verdict = run(engine="sglang", weight_bytes=40 * GIB, max_model_len=1_000_000)
