@@ -16,7 +16,7 @@ from reconciler.execute.apply import Executor, ExecutorConfig, LaneResult, Progr
 from reconciler.execute.hostops import HostOps
 from reconciler.execute.results import SETTLED
 from reconciler.execute.secrets import SecretStore
-from reconciler.execute.swap import stopped_lanes
+from reconciler.execute.swap import stopped_lanes, swap_failures
 from reconciler.facts.observed import ObservedFleet
 from reconciler.observe.probe import lease_file, observe
 from reconciler.plan import Plan, PlanOptions, plan_fleet
@@ -131,6 +131,7 @@ class CycleRunner:
         )
         # Evaluated after the probe: free memory at boot comes from each idle host's MemAvailable when seen.
         verdict = evaluate(desired, loaded.policies, fix_ancestry=answers, host_memory=from_observation(observed))
+        records = self.store.lanes()
         options = PlanOptions(
             owner=self.settings.owner,
             drop_caches=self.settings.drop_caches,
@@ -143,7 +144,8 @@ class CycleRunner:
             windows=loaded.policies.windows,
             window_clock=window_clock(),
             window_override=now or overrides_windows(loaded.message),
-            stopped=stopped_lanes(self.store.lanes()),
+            stopped=stopped_lanes(records),
+            swapped=swap_failures(records),
         )
         return verdict, observed, plan_fleet(desired, observed, verdict, options), targets
 

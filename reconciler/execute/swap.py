@@ -38,6 +38,11 @@ SWAP_ROLLED_BACK = "swap rolled back"
 """How the giving and taking lanes' errors, and so `lanes status` and the commit's note, name the undo."""
 
 
+def swap_failures(records: list[LaneRecord]) -> frozenset[str]:
+    """Lanes whose last error says their failure undid a swap (`_settle_taking` words it so)."""
+    return frozenset(r.name for r in records if r.last_error and f"; {SWAP_ROLLED_BACK}" in r.last_error)
+
+
 def stopped_lanes(records: list[LaneRecord]) -> dict[str, Stopped]:
     """Lanes the journal says were stopped, at which commit, and where their last healthy spec ran."""
     out: dict[str, Stopped] = {}

@@ -70,6 +70,9 @@ class PlanOptions:
     """A person asked for now (`lanes apply --now`, a commit's `Lanes-Change-Window: now`): no change waits."""
     stopped: Mapping[str, Stopped] = field(default_factory=dict)
     """lane -> the commit it was stopped at and where it last served: a swap begun before a restart."""
+    swapped: frozenset[str] = frozenset()
+    """Lanes whose last failure undid a swap (the journal says so): only such a failed lane holds the
+    lanes that gave it their hosts; any other failed lane holds nothing but itself."""
 
 
 def fingerprint(specs: Sequence[tuple[str, ContainerSpec]]) -> str:
@@ -89,7 +92,7 @@ def plan_fleet(
     lane_plans = [_plan_lane_safely(name, desired, observed, verdict, opts) for name in names]
     # Across lanes: a failed swap is not redone until its failed lane changes; stops and deploys on the
     # same hosts go as one swap; stops first, then `after:` order.
-    lane_plans = hold_failed_swaps(lane_plans)
+    lane_plans = hold_failed_swaps(lane_plans, opts.swapped)
     lane_plans, swaps = find_swaps(lane_plans, opts.stopped, opts.ready)
     lane_plans = order_after(lane_plans, desired.lanes)
     return Plan(commit=desired.commit, lanes=tuple(lane_plans), swaps=swaps)

@@ -90,23 +90,29 @@ def find_swaps(
     return out, tuple(sorted(swaps, key=lambda s: s.hosts))
 
 
-def hold_failed_swaps(lane_plans: Sequence[LanePlan]) -> list[LanePlan]:
+def hold_failed_swaps(lane_plans: Sequence[LanePlan], swapped: frozenset[str] = frozenset()) -> list[LanePlan]:
     """A giving lane whose hosts a held-back failed lane would take keeps serving; lanes that would take
-    the hosts it keeps wait with it (to a fixed point: holding one may hold another)."""
+    the hosts it keeps wait with it (to a fixed point: holding one may hold another).
+
+    Only a failed lane whose failure undid a swap (`swapped`) holds anything: a lane that failed its own
+    rollout on hosts it shares keeps no other lane from starting or stopping there.
+    """
     out = list(lane_plans)
-    failed = [lp for lp in out if lp.action == "blocked" and lp.cause in FAILED_TAKER]
-    holders = list(failed)
+    failed = [lp for lp in out if lp.action == "blocked" and lp.cause in FAILED_TAKER and lp.lane in swapped]
+    held: list[LanePlan] = []
     changed = True
     while changed:
         changed = False
         for i, lp in enumerate(out):
             if lp.action not in {"stop", *TAKING}:
                 continue
+            # A stop gives hosts to the failed lane; a start takes hosts a held giving lane keeps.
+            holders = [*failed, *held] if lp.action == "stop" else held
             by = [h for h in holders if h.lane != lp.lane and _overlap(h, lp)]
             if not by:
                 continue
             out[i] = _held(lp, by, failed)
-            holders.append(out[i])
+            held.append(out[i])
             changed = True
     return out
 

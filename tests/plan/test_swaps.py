@@ -65,13 +65,14 @@ def test_a_failed_swap_is_not_redone_while_its_failed_lane_is_held_back() -> Non
     _, applied = converge(desired)
     state = swapped(desired)
     fp = next_fingerprint(state)
-    _held_swap(run(state, applied, failed={NEXT: fp}), Cause.CONDEMNED)
-    _held_swap(run(state, applied, retry_at={NEXT: (fp, 2000.0)}, clock=1000.0), Cause.BACKOFF)
+    undid = frozenset({NEXT})  # the journal says NEXT's failure undid the swap
+    _held_swap(run(state, applied, failed={NEXT: fp}, swapped=undid), Cause.CONDEMNED)
+    _held_swap(run(state, applied, retry_at={NEXT: (fp, 2000.0)}, clock=1000.0, swapped=undid), Cause.BACKOFF)
     # The retry is due, the lane changed, or `lanes retry` cleared it: the swap runs again.
-    assert run(state, applied, retry_at={NEXT: (fp, 2000.0)}, clock=2001.0).swaps
+    assert run(state, applied, retry_at={NEXT: (fp, 2000.0)}, clock=2001.0, swapped=undid).swaps
     changed = swapped(desired, image=NEW_IMAGE.replace("ab", "cd"))
     assert next_fingerprint(changed) != fp
-    again = run(changed, applied, failed={NEXT: fp})
+    again = run(changed, applied, failed={NEXT: fp}, swapped=undid)
     assert [(s.giving, s.taking) for s in again.swaps] == [((PRODUCTION,), (NEXT,))]
     assert run(state, applied).swaps
 
@@ -80,10 +81,21 @@ def test_a_held_lane_holds_a_stop_only_on_the_hosts_it_would_take() -> None:
     desired = example_state()
     _, applied = converge(desired)
     state = with_lane(swapped(desired), EUGR, desired="stopped")
-    result = run(state, applied, failed={NEXT: next_fingerprint(state)})
+    result = run(state, applied, failed={NEXT: next_fingerprint(state)}, swapped=frozenset({NEXT}))
     assert lane_of(result, PRODUCTION).cause == Cause.SWAP_HELD
     eugr = lane_of(result, EUGR)
     assert (eugr.action, [s.kind for s in eugr.steps]) == ("stop", ["lease", "stop", "env-files-remove"])
+
+
+def test_a_lane_that_failed_its_own_rollout_holds_no_other_lane_on_its_hosts() -> None:
+    # NEXT is condemned, but its failure undid no swap (the journal does not say so): the production
+    # lane's stop and another lane's start on those hosts go ahead; only NEXT itself is held.
+    desired = example_state()
+    _, applied = converge(desired)
+    state = swapped(desired)
+    result = run(state, applied, failed={NEXT: next_fingerprint(state)})
+    assert lane_of(result, PRODUCTION).action == "stop"
+    assert lane_of(result, NEXT).cause == Cause.CONDEMNED
 
 
 def test_after_orders_a_lane_behind_the_changing_lanes_it_names() -> None:
