@@ -68,4 +68,3 @@ def failure_fields(store: Store, lp: LanePlan, exc: StepFailedError, message: st
         "transient_failures": failures,
     }
     return backoff, f"{message} (a passing fault: tried again in {delay:.0f} s)"
-
