@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
+from reconciler.policy.engine_memory import arg_value
 from reconciler.spec.lane import Lane
 from reconciler.spec.model import Architecture
 
@@ -73,17 +74,6 @@ class KVSettings:
     unify_pages: bool = False
     """vLLM: hybrid models pad every layer group to one page size."""
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def arg_value(args: tuple[str, ...], flag: str) -> str | None:
-    """The value of `--flag value` or `--flag=value` in argv items, the last one winning."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
 
 
 def has_flag(args: tuple[str, ...], flag: str) -> bool:
