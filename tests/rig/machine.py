@@ -46,6 +46,7 @@ PACKAGES = {  # binary -> Debian package
     "/usr/bin/docker-registry": "docker-registry",
     "/usr/bin/skopeo": "skopeo",
     "/usr/sbin/ip": "iproute2",
+    "/usr/bin/rsync": "rsync",  # staging model files (tests/rig/test_staging.py)
 }
 
 CONTAINERS_CONF = Path("/etc/containers/containers.conf")
