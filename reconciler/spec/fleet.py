@@ -92,6 +92,21 @@ class SSHSettings(StrictModel):
     port: int | None = Field(default=None, ge=1, le=65535, description="sshd port")
 
 
+class OriginHost(StrictModel):
+    """An SSH host that holds checkpoints (a NAS), named by a model's `origin.host`: reached with the
+    reconciler's key and pinned host keys to copy model files from, never probed or reconciled."""
+
+    name: Name
+    address: str = Field(min_length=1, description="IP or DNS name the control node reaches over SSH")
+    ssh: SSHSettings = SSHSettings()
+
+    def ssh_user(self, fleet: FleetDefaults) -> str:
+        return self.ssh.user or fleet.ssh_user
+
+    def ssh_port(self, fleet: FleetDefaults) -> int:
+        return self.ssh.port or fleet.ssh_port
+
+
 class FleetDefaults(StrictModel):
     """Settings every host and lane inherits unless it says otherwise."""
 
@@ -107,6 +122,22 @@ class FleetDefaults(StrictModel):
     )
     registry_mirrors: tuple[str, ...] = Field(default=(), description="registry hosts to pull through, in order")
     lease_ttl_s: int = Field(default=900, ge=30, description="a host lease expires after this unless renewed")
+    origins: tuple[OriginHost, ...] = Field(
+        default=(),
+        description="SSH hosts that hold checkpoints (a NAS) for models' `origin.host`; never reconciled",
+    )
+
+    @field_validator("origins")
+    @classmethod
+    def _distinct_origins(cls, origins: tuple[OriginHost, ...]) -> tuple[OriginHost, ...]:
+        names = [o.name for o in origins]
+        twice = sorted(n for n in set(names) if names.count(n) > 1)
+        if twice:
+            raise ValueError(f"an origin is named twice: {', '.join(twice)}")
+        return origins
+
+    def origin(self, name: str) -> OriginHost | None:
+        return next((o for o in self.origins if o.name == name), None)
 
 
 class Host(StrictModel):

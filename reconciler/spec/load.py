@@ -16,6 +16,7 @@ from reconciler.errors import InputError
 from reconciler.spec.bench import BenchProfilesFile, load_bench_profiles
 from reconciler.spec.fleet import FleetDefaults, Host
 from reconciler.spec.lane import Lane, after_problems
+from reconciler.spec.manifest import MANIFEST_SUFFIX, Manifest, parse_manifest
 from reconciler.spec.model import ModelSpec
 from reconciler.spec.policyfiles import HardwareFile, KnownIssuesFile, RulesFile
 from reconciler.spec.upstream import UpstreamsFile
@@ -38,6 +39,8 @@ class DesiredState:
     bench_profiles: BenchProfilesFile | None = None
     files: Mapping[str, str] = field(default_factory=dict)
     """`kind/name` (e.g. `lanes/glm53`) to the repository path it came from."""
+    manifests: Mapping[str, Manifest] = field(default_factory=dict)
+    """Model name -> its manifest (`state/models/<model>.manifest.json`), for the models that have one."""
 
     def lane_file(self, lane: str) -> str:
         return self.files.get(f"lanes/{lane}", f"lanes/{lane}")
@@ -68,12 +71,17 @@ def _stem(path: str) -> str:
     return base
 
 
-def _load_named(files: Mapping[str, bytes], folder: str, model: type[Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Each file of a folder is one object whose name is the file's stem."""
+def _load_named(
+    files: Mapping[str, bytes], folder: str, model: type[Any], *, beside: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each file of a folder is one object whose name is the file's stem (files ending in `beside` are
+    another loader's: a model's manifest sits beside its model file)."""
     out: dict[str, Any] = {}
     where: dict[str, str] = {}
     kind = posixpath.basename(folder)
     for path in _files_under(files, folder):
+        if beside and path.endswith(beside):
+            continue
         if not path.endswith(YAML_SUFFIXES):
             raise InputError("only .yaml files belong here", file=path)
         stem = _stem(path)
@@ -100,7 +108,10 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
         raise InputError(f"missing {fleet_path}: every state repo needs fleet defaults", file=fleet_path)
     fleet = validate(FleetDefaults, parse_yaml(fleet_path, files[fleet_path]))
     hosts, host_files = _load_named(files, f"{state_dir}/hosts", Host)
-    models, model_files = _load_named(files, f"{state_dir}/models", ModelSpec)
+    _check_origin_names(fleet, hosts, fleet_path)
+    models, model_files = _load_named(files, f"{state_dir}/models", ModelSpec, beside=(MANIFEST_SUFFIX,))
+    manifests, manifest_files = _load_manifests(files, f"{state_dir}/models", models)
+    _check_model_origins(files, fleet, hosts, models, model_files, manifests, state_dir)
     lanes, lane_files = _load_named(files, f"{state_dir}/lanes", Lane)
     upstreams = UpstreamsFile()
     ups_path = f"{state_dir}/upstreams.yaml"
@@ -143,6 +154,7 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
     where = {f"hosts/{k}": v for k, v in host_files.items()}
     where.update({f"models/{k}": v for k, v in model_files.items()})
     where.update({f"lanes/{k}": v for k, v in lane_files.items()})
+    where.update({f"manifests/{k}": v for k, v in manifest_files.items()})
     return DesiredState(
         commit=commit,
         fleet=fleet,
@@ -152,7 +164,80 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
         upstreams=upstreams,
         files=where,
         bench_profiles=profiles,
+        manifests=manifests,
     )
+
+
+def _check_origin_names(fleet: FleetDefaults, hosts: Mapping[str, Host], fleet_path: str) -> None:
+    """`--from NAME:DIR` and `origin.host` name a host or an origin: one name, one machine."""
+    for index, origin in enumerate(fleet.origins):
+        if origin.name in hosts:
+            raise InputError(
+                f"origin '{origin.name}' has the name of a fleet host; give the origin another name",
+                file=fleet_path,
+                field=f"origins[{index}].name",
+            )
+
+
+def _load_manifests(
+    files: Mapping[str, bytes], folder: str, models: Mapping[str, ModelSpec]
+) -> tuple[dict[str, Manifest], dict[str, str]]:
+    out: dict[str, Manifest] = {}
+    where: dict[str, str] = {}
+    for path in _files_under(files, folder):
+        if not path.endswith(MANIFEST_SUFFIX):
+            continue
+        stem = posixpath.basename(path)[: -len(MANIFEST_SUFFIX)]
+        if stem not in models:
+            known = ", ".join(sorted(models)) or "none"
+            raise InputError(
+                f"a manifest for model '{stem}', which has no model file {folder}/{stem}.yaml (known: {known})",
+                file=path,
+            )
+        manifest = parse_manifest(path, files[path])
+        if manifest.model != stem:
+            raise InputError(
+                f"model '{manifest.model}' differs from the file name '{stem}'; rename one of them",
+                file=path,
+                field="model",
+            )
+        out[stem] = manifest
+        where[stem] = path
+    return out, where
+
+
+def _check_model_origins(
+    files: Mapping[str, bytes],
+    fleet: FleetDefaults,
+    hosts: Mapping[str, Host],
+    models: Mapping[str, ModelSpec],
+    model_files: Mapping[str, str],
+    manifests: Mapping[str, Manifest],
+    state_dir: str,
+) -> None:
+    """An origin names a host lanes can reach, and staging has a manifest to copy and verify against."""
+    for name, model in models.items():
+        if model.origin is None:
+            continue
+        path = model_files[name]
+        host = model.origin.host
+        if host is not None and host not in hosts and fleet.origin(host) is None:
+            known = ", ".join(sorted([*(o.name for o in fleet.origins), *hosts])) or "none"
+            raise InputError(
+                f"'{host}' is neither an origin of {state_dir}/fleet.yaml's `origins:` nor a fleet host "
+                f"(known: {known})",
+                file=path,
+                line=parse_yaml(path, files[path]).line(("origin", "host")),
+                field="origin.host",
+            )
+        if name not in manifests:
+            raise InputError(
+                f"a model with an origin needs its manifest {state_dir}/models/{name}{MANIFEST_SUFFIX} (every file "
+                f"with its size and sha256): write it with `lanes model facts {name} --from DIR` and commit it",
+                file=path,
+                line=parse_yaml(path, files[path]).line(("origin",)),
+                field="origin",
+            )
 
 
 def load_policies(files: Mapping[str, bytes], *, policies_dir: str = "policies") -> PolicySet:

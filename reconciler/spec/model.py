@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from reconciler.spec.base import AbsPath, Name, StrictModel
+from reconciler.spec.origin import Origin
 
 AttentionKind = Literal["mha", "gqa", "mla"]
 LayerKind = Literal["full", "sliding", "linear"]
@@ -114,6 +115,12 @@ class ModelSpec(StrictModel):
     quantization: str = Field(default="bf16", description="weight format: bf16, fp8, mxfp8, mxfp4, nvfp4, ...")
     moe: MoE | None = None
     architecture: Architecture
+    origin: Origin | None = Field(
+        default=None,
+        description="where the files come from when a rank host lacks them: a folder on the control node "
+        "({path}), on an origin host ({host, path}) or a fleet host holding it at `path` ({host}); needs "
+        "the manifest `lanes model facts` writes beside this file (<model>.manifest.json)",
+    )
 
     @field_validator("revision", mode="before")
     @classmethod
