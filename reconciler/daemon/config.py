@@ -38,6 +38,7 @@ from reconciler.daemon.configpaths import (
 )
 from reconciler.daemon.http import parse_listen
 from reconciler.daemon.tomlpos import TOML_POS, describe_error, line_of
+from reconciler.daemon.trialsettings import ExperimentSettings, ForgeSection
 from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleSettings, HostOverride
 from reconciler.execute.secrets import SYSTEMD_LANE_PREFIX
@@ -445,6 +446,8 @@ class DaemonConfig(Section):
     notifications: NotificationSettings = Field(
         default_factory=NotificationSettings, description="chat and webhook receivers told what happens"
     )
+    forge: ForgeSection = Field(description="the forge of the state repository's pull requests")
+    experiments: ExperimentSettings = Field(description="trial branches tried on spare hosts")
 
     @model_validator(mode="before")
     @classmethod
@@ -452,7 +455,7 @@ class DaemonConfig(Section):
         # Missing sections are validated as {} so their env-dependent defaults see the context.
         if isinstance(data, dict):
             data = dict(data)
-            for name in ("ssh", "daemon", "http", "upstream", "bench", "retention"):
+            for name in ("ssh", "daemon", "http", "upstream", "bench", "retention", "forge", "experiments"):
                 data.setdefault(name, {})
         return data
 
@@ -546,6 +549,8 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "upstream": UpstreamSettings,
     "bench": BenchSettings,
     "notifications": NotificationSettings,
+    "forge": ForgeSection,
+    "experiments": ExperimentSettings,
 }
 
 

@@ -155,6 +155,18 @@ class CommitDecider:
             log.info("commit.signed", signer=signer)
         return self._rewind(sha)
 
+    def signature_refusal(self, sha: str) -> str | None:
+        """Why `sha` of a side branch (a trial branch) must not run anywhere: only its signature counts.
+
+        A trial branch needs not descend from the last applied commit (it was branched earlier), so the
+        rewind rule of the watched branch does not apply; the signature rule does, in full.
+        """
+        mode = self.config.repo.require_signed_commits
+        if not mode:
+            return None
+        ok, _, reason = self._signature(sha, mode)
+        return None if ok else reason
+
     def _signature(self, sha: str, mode: Literal["ssh", "gpg"]) -> tuple[bool, str | None, str]:
         """A commit's signature verdict, once per commit and signers files (ssh-keygen costs a fork)."""
         repo = self.config.repo

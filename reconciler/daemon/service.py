@@ -32,6 +32,7 @@ from reconciler.daemon.conditions import STORE_RETRY_S, Backoff, Retries, Source
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.dashroute import serve_page
 from reconciler.daemon.decider import CommitDecider
+from reconciler.daemon.experimentjob import ExperimentJob
 from reconciler.daemon.hookroute import DeliveryWindow, receive_push
 from reconciler.daemon.http import HttpServer, Limits, Request, Response
 from reconciler.daemon.metrics import Metrics
@@ -160,12 +161,26 @@ class Daemon:
         except (TimeoutError, LanesError) as exc:
             log.error("upstream.failed", error=str(exc) or "timed out")
 
+    async def _experiments_job(self) -> None:
+        self.trigger.kick("experiments")  # in the main loop, between reconciles, as the upstream job
+
+    async def _run_experiments(self) -> None:
+        job = ExperimentJob(self.config, self.decider, self.runner, self.mirror, self.store)
+        try:
+            async with asyncio.timeout(UPSTREAM_TIMEOUT_S):
+                await job.run()
+        except (TimeoutError, LanesError) as exc:
+            log.error("trial.job_failed", error=str(exc) or "timed out")
+
     async def step(self, reasons: set[str]) -> None:
-        if reasons - {"upstream"}:
+        if reasons - {"upstream", "experiments"}:
             await self.cycle(reasons)
         if "upstream" in reasons and self.config.upstream.enabled:
             self.set_phase("polling upstream")
             await self._run_upstream()
+        if "experiments" in reasons and self.config.experiments.enabled:
+            self.set_phase("trying trial branches")
+            await self._run_experiments()
 
     async def _resync_job(self) -> None:
         self.trigger.kick("resync")
@@ -277,6 +292,8 @@ class Daemon:
         ]
         if self.config.upstream.enabled:
             jobs.append((self._upstream_job, "upstream", self.config.upstream.interval_s))
+        if self.config.experiments.enabled:
+            jobs.append((self._experiments_job, "experiments", self.config.experiments.interval_s))
         for job, name, seconds in jobs:
             # One run of a job at a time; runs missed while it ran are coalesced into one.
             scheduler.add_job(

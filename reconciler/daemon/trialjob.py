@@ -103,6 +103,75 @@ def _candidate(config: DaemonConfig, mirror: Mirror, gate: Gate, lane: Lane, com
     return Lane.model_validate(data), verified
 
 
+@dataclasses.dataclass(frozen=True)
+class TrialReport:
+    """What one trial of a candidate lane on spare hosts came to."""
+
+    markdown: str
+    measured: bool = False
+    evidence_commit: str | None = None
+    regression: bool = False
+
+
+async def run_trial(
+    config: DaemonConfig,
+    runner: CycleRunner,
+    mirror: Mirror,
+    candidate: Lane,
+    loaded: LoadedCommit,
+    *,
+    production: str,
+    baseline_at: str,
+    branch: str,
+    signing_parents: set[str] | None = None,
+) -> TrialReport:
+    """Run `candidate` (a lane of its own on spare hosts) beside `loaded`'s lanes, measure it against
+    `production`'s evidence at `baseline_at`, commit the evidence on `branch`, and remove it again.
+
+    The same path for a proposal's candidate and for a person's trial branch. `signing_parents`: with
+    signed commits on, the evidence commit is signed with the evidence key and built only on these.
+    """
+    name = candidate.name
+    desired: DesiredState = dataclasses.replace(loaded.desired, lanes={**loaded.desired.lanes, name: candidate})
+    only = frozenset({name})
+    signing = bool(config.repo.require_signed_commits)
+    try:
+        result = await runner.run_cycle(LoadedCommit(loaded.commit, desired, loaded.policies), only_lanes=only)
+        outcome = next((r for r in result.results if r.lane == name), None)
+        if outcome is None or outcome.result != "applied":
+            why = outcome.error if outcome else "not planned"
+            return TrialReport(
+                f"### Trial on spare hosts\n\nThe candidate did not become healthy on "
+                f"{', '.join(candidate.hosts)}: {why}\n"
+            )
+        url = f"http://{targets_for(desired, config.overrides())[candidate.hosts[0]].address}:{candidate.port}"
+        baseline = baseline_evidence(mirror, production, at=baseline_at)
+        ev = await benchmark_lane(desired, name, url=url, baseline=baseline)
+        path = evidence.evidence_path(ev)
+        files = {
+            path: evidence.dumps(ev).encode(),
+            path.removesuffix(".json") + ".svg": chart.render_svg(ev, baseline).encode(),
+        }
+        made = await asyncio.to_thread(
+            commit_evidence,
+            mirror,
+            files,
+            evidence_message(ev, loaded.commit),
+            branch=branch,
+            signing_key=config.evidence_key() if signing else None,
+            parents=signing_parents if signing else None,
+        )
+        log.info("trial.measured", lane=production, branch=branch, regression=bool(ev.get("regression")))
+        return TrialReport(comparison_markdown(ev, production), True, made, bool(ev.get("regression")))
+    except LanesError as exc:
+        log.warning("trial.failed", lane=production, error=str(exc))
+        return TrialReport(f"### Trial on spare hosts\n\nThe trial failed: {exc}\n")
+    finally:
+        stopped = candidate.model_copy(update={"desired": "stopped"})
+        cleanup = dataclasses.replace(desired, lanes={**desired.lanes, name: stopped})
+        await runner.run_cycle(LoadedCommit(loaded.commit, cleanup, loaded.policies), only_lanes=only)
+
+
 def make_trial(config: DaemonConfig, runner: CycleRunner, mirror: Mirror, gate: Gate) -> TrialFn:
     async def trial(lane: Lane, commit: str, branch: str) -> str:
         try:
@@ -110,35 +179,11 @@ def make_trial(config: DaemonConfig, runner: CycleRunner, mirror: Mirror, gate: 
         except (UnverifiedCommitError, InputError, KeyError, ValueError, pygit2.GitError) as exc:
             log.warning("trial.refused", lane=lane.name, commit=commit[:12], reason=str(exc))
             return f"### Trial on spare hosts\n\nNot tried: {exc}\n"
-        name = candidate.name
-        desired: DesiredState = dataclasses.replace(loaded.desired, lanes={**loaded.desired.lanes, name: candidate})
-        only = frozenset({name})
-        try:
-            result = await runner.run_cycle(LoadedCommit(commit, desired, loaded.policies), only_lanes=only)
-            outcome = next((r for r in result.results if r.lane == name), None)
-            if outcome is None or outcome.result != "applied":
-                why = outcome.error if outcome else "not planned"
-                return (
-                    f"### Trial on spare hosts\n\nThe candidate did not become healthy on "
-                    f"{', '.join(candidate.hosts)}: {why}\n"
-                )
-            url = f"http://{targets_for(desired, config.overrides())[candidate.hosts[0]].address}:{candidate.port}"
-            production = baseline_evidence(mirror, lane.name, at=loaded.commit)
-            ev = await benchmark_lane(desired, name, url=url, baseline=production)
-            path = evidence.evidence_path(ev)
-            files = {
-                path: evidence.dumps(ev).encode(),
-                path.removesuffix(".json") + ".svg": chart.render_svg(ev, production).encode(),
-            }
-            await asyncio.to_thread(commit_evidence, mirror, files, evidence_message(ev, commit), branch=branch)
-            log.info("trial.measured", lane=lane.name, branch=branch, regression=bool(ev.get("regression")))
-            return comparison_markdown(ev, lane.name)
-        except LanesError as exc:
-            log.warning("trial.failed", lane=lane.name, error=str(exc))
-            return f"### Trial on spare hosts\n\nThe trial failed: {exc}\n"
-        finally:
-            stopped = candidate.model_copy(update={"desired": "stopped"})
-            cleanup = dataclasses.replace(desired, lanes={**desired.lanes, name: stopped})
-            await runner.run_cycle(LoadedCommit(commit, cleanup, loaded.policies), only_lanes=only)
+        # The proposal commit is what is tried (its lanes are the verified commit's but for the image).
+        tried = LoadedCommit(commit, loaded.desired, loaded.policies)
+        report = await run_trial(
+            config, runner, mirror, candidate, tried, production=lane.name, baseline_at=loaded.commit, branch=branch
+        )
+        return report.markdown
 
     return trial

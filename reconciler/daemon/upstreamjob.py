@@ -49,12 +49,20 @@ async def upstream_job(
         tracked = {lane.track.source for lane in desired.lanes.values() if lane.track is not None}
         if base is not None and any(r.new and r.source in tracked for r in results):
             token = config.repo.credential_file  # an https remote's token: the URL carries none (issue 14)
+            # Both tokens are read by name from one credentials folder (systemd's): a forge token elsewhere
+            # is a second folder the proposals cannot read, so they open no pull request and say so.
+            forge, forge_dir = config.forge.settings(), config.forge.token_dir()
+            if forge is not None and token is not None and forge_dir is not None and forge_dir != token.parent:
+                log.warning("upstream.forge_token_elsewhere", token=str(config.forge.token_file), push=str(token))
+                forge = None
+            credentials = token.parent if token else forge_dir
             settings = ProposalSettings(
                 base=config.repo.branch,
                 state_dir=config.repo.state_dir,
                 policies_dir=config.repo.policies_dir,
-                poll=poll.model_copy(update={"credentials_dir": token.parent}) if token else poll,
+                poll=poll.model_copy(update={"credentials_dir": credentials}) if credentials else poll,
                 push_credential=token.name if token else None,
+                forge=forge,
             )
             for outcome in await propose_all(mirror.repo, store, settings, trial=trial, base=base):
                 log.info("upstream.proposal", outcome=str(outcome))

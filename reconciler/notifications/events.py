@@ -256,6 +256,35 @@ def proposal_event(
     )
 
 
+def trial_event(
+    branch: str,
+    commit: str,
+    lanes: tuple[str, ...],
+    outcome: str,
+    where: str | None,
+    regression: bool,
+    desired: DesiredState | None,
+) -> Event:
+    """A trial branch was tried on the spare hosts (measured, or refused or failed with the reason)."""
+    place = where or f"branch {branch}"
+    return Event(
+        "trial.reported",
+        f"lanes: trial {branch.removeprefix('lanes/trials/')}: {outcome.splitlines()[0][:80]}",
+        f"The trial branch {branch} at {commit[:12]} ({', '.join(lanes) or 'no lane changed'}): {outcome}. "
+        f"The comparison is at {place}.",
+        f"read it ({place}); merge the branch to roll the change out, or push to it to try again",
+        commit=commit,
+        lanes=lanes,
+        labels=_labels(desired, [h for lane in lanes for h in _lane_hosts(desired, lane)]),
+        severity="warning" if regression else "info",
+    )
+
+
+def _lane_hosts(desired: DesiredState | None, lane: str) -> tuple[str, ...]:
+    found = desired.lanes.get(lane) if desired is not None else None
+    return found.hosts if found is not None else ()
+
+
 def _gave_back(lane: str, error: str | None) -> bool:
     """A lane a swap gave its hosts back to (execute/swap.py words its error so), not the lane that failed."""
     return bool(error) and f"; {lane} serves its previous spec (" in (error or "")

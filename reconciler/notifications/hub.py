@@ -24,6 +24,7 @@ from reconciler.notifications.events import (
     proposal_event,
     refused_event,
     regression_event,
+    trial_event,
 )
 from reconciler.notifications.settings import NotificationSettings
 from reconciler.spec.load import DesiredState
@@ -115,3 +116,16 @@ def on_proposal(outcome: Any, base: str, desired: DesiredState) -> None:
     if getattr(outcome, "action", None) != "opened":
         return
     publish(_safely(proposal_event, outcome.lane, outcome.version, outcome.branch, outcome.pr_url, base, desired))
+
+
+def on_trial(
+    branch: str,
+    commit: str,
+    lanes: tuple[str, ...],
+    outcome: str,
+    where: str | None,
+    regression: bool,
+    desired: DesiredState | None,
+) -> None:
+    """A trial branch was tried (measured, or not tried and why): told once per branch head."""
+    publish(_safely(trial_event, branch, commit, lanes, outcome, where, regression, desired))

@@ -28,6 +28,7 @@ EventKind = Literal[
     "host.back",
     "proposal.opened",
     "evidence.regression",
+    "trial.reported",
 ]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 

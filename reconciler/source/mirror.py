@@ -50,6 +50,9 @@ NOTES_FETCH_SPEC = "+refs/notes/*:refs/notes-origin/*"
 matching nothing is fine. Never fetched straight into refs/notes/lanes: that would drop notes written
 here and not pushed yet (the remote was down); they are merged instead."""
 
+BRANCHES_TRACKING_REF = "refs/lanes-branches/"
+"""Where side branches the daemon reads (trial branches) land; never under refs/heads/, which it writes."""
+
 PUSH_ATTEMPTS = 3
 GIT_TIMEOUT_S = 120.0
 
@@ -228,6 +231,26 @@ class Mirror:
             remote.fetch(specs, callbacks=self._callbacks(), prune=pygit2.enums.FetchPrune.NO_PRUNE)
         except (pygit2.GitError, KeyError, OSError) as exc:
             raise TransientError(f"{self.url}: fetch failed: {exc}") from exc
+
+    def fetch_branches(self, prefix: str) -> dict[str, str]:
+        """Every remote branch under `prefix` (e.g. `lanes/trials/`) and its head, fetched (forced).
+
+        The tracking refs (`refs/lanes-branches/<prefix>...`) are emptied first, so a branch deleted on
+        the remote is gone here too; the commits stay in the object store, so fetching again is cheap.
+        """
+        if not prefix.endswith("/") or prefix.startswith("/"):
+            raise ValueError(f"a branch prefix is a folder of branches, like lanes/trials/: {prefix!r}")
+        tracking = f"{BRANCHES_TRACKING_REF}{prefix}"
+        with self.lock:
+            repo = self.repo
+            for name in [r for r in repo.references if r.startswith(tracking)]:
+                repo.references.delete(name)
+            self._fetch([f"+refs/heads/{prefix}*:{tracking}*"])
+            return {
+                prefix + name.removeprefix(tracking): str(repo.references[name].target)
+                for name in repo.references
+                if name.startswith(tracking)
+            }
 
     # -- notes -----------------------------------------------------------------
 

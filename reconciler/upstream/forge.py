@@ -7,6 +7,13 @@ APIs differ in path prefix and auth scheme only: GitHub
 Forgejo `POST /api/v1/repos/{owner}/{repo}/pulls` with `Authorization:
 token`. Before opening, open pull requests are listed and one for the same
 branch is reused, so a retry never opens a second one.
+
+A trial's comparison on a branch a person opened goes in as a comment on that
+pull request: both forges file pull request comments under the issues API with
+the pull request's number (GitHub "Create an issue comment", `POST
+/repos/{owner}/{repo}/issues/{issue_number}/comments`; Gitea/Forgejo
+`issueCreateComment`, `POST /api/v1/repos/{owner}/{repo}/issues/{index}/comments`),
+body `{"body": markdown}`.
 """
 
 from __future__ import annotations
@@ -63,6 +70,14 @@ def _check(response: httpx.Response, what: str) -> Any:
 
 async def find_pull(client: httpx.AsyncClient, forge: ForgeSettings, token: str | None, branch: str) -> str | None:
     """The URL of an open pull request from `branch`, if there is one."""
+    found = await find_open_pull(client, forge, token, branch)
+    return None if found is None else found[1]
+
+
+async def find_open_pull(
+    client: httpx.AsyncClient, forge: ForgeSettings, token: str | None, branch: str
+) -> tuple[int, str] | None:
+    """(number, web URL) of an open pull request from `branch`, if there is one."""
     params = {"state": "open"}
     if forge.kind == "github":
         params["head"] = f"{forge.repo.split('/')[0]}:{branch}"
@@ -77,9 +92,26 @@ async def find_pull(client: httpx.AsyncClient, forge: ForgeSettings, token: str 
     for pull in pulls if isinstance(pulls, list) else []:
         head = pull.get("head") if isinstance(pull, dict) else None
         if isinstance(head, dict) and head.get("ref") == branch:
-            url = pull.get("html_url")
-            return url if isinstance(url, str) else None
+            url, number = pull.get("html_url"), pull.get("number")
+            if isinstance(url, str) and isinstance(number, int):
+                return number, url
     return None
+
+
+async def comment_on_pull(
+    client: httpx.AsyncClient, forge: ForgeSettings, token: str | None, number: int, body: str
+) -> str:
+    """Add `body` as a comment on pull request `number`; the comment's web URL."""
+    base = forge.api_url.rstrip("/")
+    prefix = base if forge.kind == "github" else f"{base}/api/v1"
+    url = f"{prefix}/repos/{forge.repo}/issues/{number}/comments"
+    try:
+        response = await client.post(url, json={"body": body}, headers=_headers(forge, token))
+    except httpx.TransportError as exc:
+        raise TransientError(f"commenting on pull request {number} on {forge.api_url}: {type(exc).__name__}") from None
+    created = _check(response, f"commenting on pull request {number} of {forge.repo}")
+    link = created.get("html_url") if isinstance(created, dict) else None
+    return link if isinstance(link, str) else ""
 
 
 async def open_pull(

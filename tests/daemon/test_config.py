@@ -27,6 +27,7 @@ from reconciler.daemon.config import (
     parse_config,
 )
 from reconciler.daemon.tomlpos import line_of
+from reconciler.daemon.trialsettings import ExperimentSettings, ForgeSection
 from reconciler.errors import InputError
 from reconciler.execute.cycle import HostOverride
 
@@ -41,6 +42,8 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "upstream": UpstreamSettings,
     "upstream.credentials.<name>": UpstreamCredentialSettings,
     "bench": BenchSettings,
+    "forge": ForgeSection,
+    "experiments": ExperimentSettings,
 }
 NO_ENV: dict[str, str] = {"HOME": "/home/op"}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -378,11 +379,37 @@ class FakeForge:
         self.pulls: list[dict[str, Any]] = []
         self.posts: list[Request] = []
 
+    def open_by_hand(self, branch: str, title: str, base: str = "main") -> dict[str, Any]:
+        """A pull request a person opened from `branch` (the daemon finds it, never opens it)."""
+        number = len(self.pulls) + 1
+        pull = {
+            "number": number,
+            "state": "open",
+            "title": title,
+            "body": "",
+            "head": {"ref": branch},
+            "base": {"ref": base},
+            "html_url": f"https://forge.example/{self.repo}/pulls/{number}",
+            "comments": [],
+        }
+        self.pulls.append(pull)
+        return pull
+
     def __call__(self, req: Request) -> Reply:
         prefix = "/repos" if self.kind == "github" else "/api/v1/repos"
+        scheme = "Bearer" if self.kind == "github" else "token"
+        comments = re.fullmatch(rf"{re.escape(prefix)}/{re.escape(self.repo)}/issues/(\d+)/comments", req.path)
+        if comments is not None and req.method == "POST":
+            if req.headers.get("authorization") != f"{scheme} {self.token}":
+                return Reply.json(401, {"message": "Bad credentials"})
+            pull = next((p for p in self.pulls if p["number"] == int(comments.group(1))), None)
+            if pull is None:
+                return Reply.json(404, {"message": "Not Found"})
+            pull.setdefault("comments", []).append(req.json()["body"])
+            url = f"{pull['html_url']}#issuecomment-{len(pull['comments'])}"
+            return Reply.json(201, {"id": len(pull["comments"]), "html_url": url})
         if req.path != f"{prefix}/{self.repo}/pulls":
             return Reply.json(404, {"message": "Not Found"})
-        scheme = "Bearer" if self.kind == "github" else "token"
         if req.headers.get("authorization") != f"{scheme} {self.token}":
             return Reply.json(401, {"message": "Bad credentials"})
         if req.method == "GET":
