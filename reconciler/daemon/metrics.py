@@ -118,6 +118,18 @@ class Metrics:
             "Lanes the last cycle could not act on (a host leased by another reconciler, or unreachable)",
             registry=r,
         )
+        self.notifications = Counter(
+            "lanes_notifications",
+            "Notification messages per receiver by outcome: sent, failed (after every retry) or dropped (queue full)",
+            ["receiver", "outcome"],
+            registry=r,
+        )
+        self.notifications_queued = Gauge(
+            "lanes_notifications_queued",
+            "Notification messages waiting in a receiver's queue",
+            ["receiver"],
+            registry=r,
+        )
         self.store_writable.set(1)
         for outcome in ("ok", "failed", "error"):
             self.cycles.labels(outcome=outcome)
@@ -125,6 +137,15 @@ class Metrics:
             self.lanes.labels(health=health).set(0)
 
     # -- setters ---------------------------------------------------------------------
+
+    def record_notification(self, receiver: str, outcome: str) -> None:
+        """A message to `receiver` was sent, failed after its retries, or dropped from a full queue."""
+        self.notifications.labels(receiver=receiver, outcome=outcome).inc()
+
+    def set_notifications_queued(self, queued: Mapping[str, int]) -> None:
+        self.notifications_queued.clear()
+        for receiver, n in queued.items():
+            self.notifications_queued.labels(receiver=receiver).set(n)
 
     def update_from_status(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Set the lane gauges from `status_rows()` (`{"name", "health", ...}` per lane)."""

@@ -300,7 +300,8 @@ class Daemon:
                 self._guarded(job, name), "interval", seconds=seconds, max_instances=1, coalesce=True, id=name
             )
         scheduler.start()
-        notifications.start(self.config.notifications)  # sends from its own queues: never part of a cycle
+        # Sends from its own queues, never part of a cycle; every outcome is counted in /metrics.
+        notifications.start(self.config.notifications, tally=self.metrics.record_notification)
         http = self._http()
         if http is not None:
             await http.start()
@@ -442,6 +443,7 @@ class Daemon:
 
     def _metrics(self) -> tuple[bytes, str]:
         self.status()
+        self.metrics.set_notifications_queued(notifications.queued())
         return self.metrics.render()
 
     async def _webhook(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:

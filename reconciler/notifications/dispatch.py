@@ -33,6 +33,12 @@ SEEN_MAX = 10_000
 """Event keys remembered at most (oldest forgotten first), whatever the window."""
 
 SendFn = Callable[[ReceiverSettings, str, str, str, float], None]
+TallyFn = Callable[[str, str], None]
+"""(receiver, outcome) -> None, outcome one of sent, failed, dropped: the daemon counts them in /metrics."""
+
+
+def no_tally(receiver: str, outcome: str) -> None:
+    return None
 
 
 async def in_thread(fn: Callable[..., None], *args: Any) -> None:
@@ -94,9 +100,10 @@ class _Receiver:
 
 
 class Dispatcher:
-    def __init__(self, settings: NotificationSettings, *, sender: SendFn = send) -> None:
+    def __init__(self, settings: NotificationSettings, *, sender: SendFn = send, tally: TallyFn = no_tally) -> None:
         self.settings = settings
         self.sender = sender
+        self.tally = tally
         self.seen: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self.receivers = {
             name: _Receiver(name, r, asyncio.Queue(settings.queue_size), Bucket(r.rate_per_minute))
@@ -124,6 +131,7 @@ class Dispatcher:
                     old = r.queue.get_nowait()
                     r.queue.task_done()  # it will never be worked on: `close` must not wait for it
                     self.dropped += 1
+                    self.tally(r.name, "dropped")
                     log.warning("notification.dropped", receiver=r.name, kind=old.kind, reason="queue full")
                 r.queue.put_nowait(event)
 
@@ -159,6 +167,7 @@ class Dispatcher:
                 error = f"{type(exc).__name__}: {exc}"
             else:
                 self.sent += 1
+                self.tally(r.name, "sent")
                 log.info("notification.sent", receiver=r.name, kind=event.kind, attempt=attempt)
                 return
             if attempt < s.attempts:
@@ -167,7 +176,12 @@ class Dispatcher:
                 await asyncio.sleep(delay)
             else:
                 self.failed += 1
+                self.tally(r.name, "failed")
                 log.warning("notification.failed", receiver=r.name, kind=event.kind, error=error, attempts=s.attempts)
+
+    def queued(self) -> dict[str, int]:
+        """Messages waiting per receiver (a receiver that is down or rate-limited shows here first)."""
+        return {name: r.queue.qsize() for name, r in self.receivers.items()}
 
     async def close(self, grace_s: float = 2.0) -> None:
         """Give queued messages `grace_s` to go out, then stop; a send in flight ends with its own timeout."""

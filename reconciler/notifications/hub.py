@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from reconciler.execute.cycle import CycleResult
-from reconciler.notifications.dispatch import Dispatcher
+from reconciler.notifications.dispatch import Dispatcher, TallyFn, no_tally
 from reconciler.notifications.events import (
     Event,
     HostWatch,
@@ -35,6 +35,8 @@ log = structlog.get_logger("lanes.notifications")
 class _Hub:
     def __init__(self) -> None:
         self.dispatcher: Dispatcher | None = None
+        self.tally: TallyFn = no_tally
+        """Kept across reloads: a new dispatcher counts into the same place as the one it replaces."""
         self.hosts = HostWatch()
         self.closing: set[asyncio.Task[None]] = set()
 
@@ -42,11 +44,16 @@ class _Hub:
 _HUB = _Hub()
 
 
-def start(settings: NotificationSettings) -> Dispatcher | None:
-    """Install and start a dispatcher for `settings` (none without receivers); call on the daemon's loop."""
+def start(settings: NotificationSettings, tally: TallyFn | None = None) -> Dispatcher | None:
+    """Install and start a dispatcher for `settings` (none without receivers); call on the daemon's loop.
+
+    `tally` is told every message sent, failed for good or dropped (the daemon's metrics); a reload keeps it.
+    """
+    if tally is not None:
+        _HUB.tally = tally
     if not settings.receivers:
         return None
-    dispatcher = Dispatcher(settings)
+    dispatcher = Dispatcher(settings, tally=_HUB.tally)
     dispatcher.start()
     _HUB.dispatcher = dispatcher
     log.info("notifications.started", receivers=sorted(settings.receivers))
@@ -74,6 +81,12 @@ async def stop() -> None:
     if dispatcher is not None:
         await dispatcher.close()
     _HUB.hosts = HostWatch()
+    _HUB.tally = no_tally
+
+
+def queued() -> dict[str, int]:
+    """Messages waiting per receiver of the installed dispatcher (none installed: nothing)."""
+    return _HUB.dispatcher.queued() if _HUB.dispatcher is not None else {}
 
 
 def publish(events: Iterable[Event]) -> None:

@@ -135,6 +135,19 @@ async def test_denied_rolled_back_and_unreachable_reach_every_routed_receiver_on
             seconds = [e["seconds"] for e in d.events("cycle.done") if e.get("outcome") == "denied"]
             assert seconds and max(seconds) < TIMEOUT_S, seconds
             assert any(e.get("receiver") == "hangs" for e in d.events("notification.failed"))
+            # /metrics counts each receiver's outcomes: ntfy got denied, rolled back, down and back (4 sent);
+            # the hosts-only hook the two host events; the hanging one failed at least once and sent nothing.
+            _, text = await d.get("/metrics")
+            counted = {
+                line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("lanes_notifications_total{")
+            }
+            assert counted['lanes_notifications_total{outcome="sent",receiver="ops-ntfy"}'] == 4.0, counted
+            assert counted['lanes_notifications_total{outcome="sent",receiver="hosts-only"}'] == 2.0, counted
+            assert counted['lanes_notifications_total{outcome="failed",receiver="hangs"}'] >= 1.0, counted
+            assert 'lanes_notifications_total{outcome="sent",receiver="hangs"}' not in counted
+            assert "lanes_notifications_queued{" in text
             # It is still being sent to (four events, three tries of up to 4 s each) when the daemon stops: the
             # stop waits the 2 s grace for queued messages, never a hanging send's timeout on top.
             t0 = time.monotonic()
