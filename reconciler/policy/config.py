@@ -61,6 +61,8 @@ RULE_PARAMS: dict[str, dict[str, ParamSpec]] = {
         "secret_args": ParamSpec("str_list", required=False, default=[]),
     },
     "mounts": {"allow": ParamSpec("str_list"), "deny": ParamSpec("str_list")},
+    "model-disk": {"margin_gib": ParamSpec("number"), "margin_percent": ParamSpec("number", required=False, default=0)},
+    "model-weights": {"tolerance_percent": ParamSpec("number", required=False, default=1)},
 }
 """Every rule the engine knows, with the parameters it reads."""
 
@@ -218,6 +220,13 @@ def _check_values(settings: RuleSettings, path: str) -> None:
                 file=path,
                 field=f"rules.{name}.params.capacity",
             )
+    elif name in ("model-disk", "model-weights"):
+        for key in settings.params:
+            figure = settings.number(key)  # every parameter of these two is a number (checked above)
+            if figure < 0:
+                raise InputError("must not be negative", file=path, field=f"rules.{name}.params.{key}")
+            if key.endswith("_percent") and figure > 100:
+                raise InputError("is a percentage: 100 at most", file=path, field=f"rules.{name}.params.{key}")
     elif name == "mounts":
         for key in ("allow", "deny"):
             for index, prefix in enumerate(settings.strings(key)):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from reconciler.policy.ancestry import FixAncestry
 from reconciler.policy.budget import LaneBudget
 from reconciler.policy.config import RuleSettings, Settings
+from reconciler.policy.diskfacts import ModelDisks
 from reconciler.policy.hardware import Capacity
 from reconciler.policy.hostmem import BootFree, HostMemory, boot_free
 from reconciler.policy.verdict import DetailValue, Severity, Violation
@@ -35,6 +36,8 @@ class Context:
     """Answers to the known-issues rule's ancestry questions, from whoever keeps git mirrors (may be none)."""
     host_memory: Mapping[str, HostMemory] = field(default_factory=dict)
     """MemAvailable per host from a probe, when the caller has one (the daemon's cycle); else profiles only."""
+    model_disks: ModelDisks = field(default_factory=dict)
+    """Free disk under each (host, model path) and the model's bytes there, from a probe; else none."""
     running_by_host: dict[str, list[Lane]] = field(default_factory=dict)
     plans: Mapping[str, LaneBudget] = field(default_factory=dict)
     """Each lane's per-rank figures (budget.py), once computed: the memory rules read them."""
@@ -49,6 +52,7 @@ class Context:
         issues: KnownIssuesFile,
         fix_ancestry: FixAncestry | None = None,
         host_memory: Mapping[str, HostMemory] | None = None,
+        model_disks: ModelDisks | None = None,
     ) -> Context:
         ctx = cls(
             desired=desired,
@@ -57,6 +61,7 @@ class Context:
             known_issues=issues,
             fix_ancestry=fix_ancestry or {},
             host_memory=host_memory or {},
+            model_disks=model_disks or {},
         )
         for lane in desired.lanes.values():
             if lane.running:

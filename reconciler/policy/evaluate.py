@@ -17,12 +17,14 @@ from reconciler.policy.ancestry import FixAncestry
 from reconciler.policy.budget import BudgetParams, LaneBudget, lane_budget
 from reconciler.policy.config import RULE_PARAMS, RuleSettings, Settings, parse_rules
 from reconciler.policy.context import Context
+from reconciler.policy.diskfacts import ModelDisks
 from reconciler.policy.hardware import capacities
 from reconciler.policy.hostmem import HostMemory
 from reconciler.policy.rules.flags import RULE as FLAGS_RULE
 from reconciler.policy.rules.flags import check_engine_flags
 from reconciler.policy.rules.known_issues import check_known_issues
 from reconciler.policy.rules.memory import check_boot_utilization, check_memory_budget
+from reconciler.policy.rules.modeldisk import check_model_disk, check_model_weights
 from reconciler.policy.rules.mounts import check_mounts
 from reconciler.policy.rules.pins import check_image_digest, check_model_revision
 from reconciler.policy.rules.render import RULE as RENDER_RULE
@@ -47,6 +49,8 @@ RULES: dict[str, Rule] = {
     "known-issues": check_known_issues,
     "secrets-by-name": check_secrets,
     "mounts": check_mounts,
+    "model-disk": check_model_disk,
+    "model-weights": check_model_weights,
 }
 """Rules other than memory-budget (which also needs the budgets) and engine-flags (which reads the rendered
 specs), in the order they run."""
@@ -88,6 +92,7 @@ def evaluate(
     *,
     fix_ancestry: FixAncestry | None = None,
     host_memory: Mapping[str, HostMemory] | None = None,
+    model_disks: ModelDisks | None = None,
 ) -> Verdict:
     """Check one commit's desired state against the policy set.
 
@@ -95,10 +100,12 @@ def evaluate(
     without it those builds are judged by version alone, and their findings say ancestry was not checked.
     `host_memory` is what a probe read of the hosts' MemAvailable (`hostmem.from_observation`); without it
     free memory at boot comes from the hardware profiles, and every figure says which it used.
+    `model_disks` is the free disk under each model path a probe measured (`diskfacts.disks_from_observation`);
+    without it the model-disk rule says nothing.
     """
     settings = parse_rules(policies.rules)
     ctx = Context.build(
-        desired, settings, capacities(policies.hardware), policies.known_issues, fix_ancestry, host_memory
+        desired, settings, capacities(policies.hardware), policies.known_issues, fix_ancestry, host_memory, model_disks
     )
     plans = _plans(ctx, settings)
     for name in settings.missing:
