@@ -239,8 +239,11 @@ class Rig:
 
     def _sshd_config(self, host: RigHost) -> str:
         path = f"{self.folder / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+        # On the data plane too, as a Spark's sshd listens on every address: staging copies host to host there.
+        fabric = [f"ListenAddress {host.fabric_address}:22"] if host.fabric_address else []
         return "\n".join([
             f"ListenAddress {host.address}:22",
+            *fabric,
             f"HostKey {host.hostkey}",
             f"PidFile {host.pidfile}",
             f"AuthorizedKeysFile {host.authorized_keys}",
@@ -258,9 +261,10 @@ class Rig:
             "",
         ])
 
-    def _start_sshd(self, host: RigHost, *, new_key: bool = True, hide: Path | None = None) -> None:
+    def _start_sshd(self, host: RigHost, *, new_key: bool = True, hide: Path | None = None, tmpfs_mb: int = 4) -> None:
         """Start a host's sshd in its network namespace; with `hide`, also in a mount namespace of its own
-        where an empty tmpfs covers that folder (what every command over ssh, podman included, sees)."""
+        where an empty tmpfs of `tmpfs_mb` covers that folder (what every command over ssh, podman, rsync's
+        server and python3 included, sees: they are sshd's children and inherit its mount namespace)."""
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         if new_key:
             host.hostkey.unlink(missing_ok=True)
@@ -274,9 +278,10 @@ class Rig:
             sh([*enter, *sshd])
         else:
             # A private mount namespace (this machine's / is private anyway): the tmpfs stays this host's.
-            script = 'mount -t tmpfs -o size=4m,mode=0755 "$1" "$2" && shift 2 && exec "$@"'
+            script = 'mount -t tmpfs -o "size=$3m,mode=0755" "$1" "$2" && shift 3 && exec "$@"'
+            hide.mkdir(parents=True, exist_ok=True)
             sh([*enter, "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                f"{PREFIX}-hidden", str(hide), *sshd])
+                f"{PREFIX}-hidden", str(hide), str(tmpfs_mb), *sshd])
         host.hidden = hide
         deadline = time.monotonic() + 10
         while not host.pidfile.exists() or not host.pidfile.read_text().strip():
@@ -436,6 +441,37 @@ class Rig:
         self.stop_sshd(h)
         self._start_sshd(h, new_key=False, hide=folder)
 
+    @property
+    def models_root(self) -> Path:
+        """The rig's models folder (`model_path` is a model in it)."""
+        return self.folder / "models"
+
+    def own_models(self, host: str, size_mb: int, folder: Path | None = None) -> Path:
+        """Give a host a models folder of its own: its sshd restarted in a mount namespace of its own where a
+        fresh tmpfs of `size_mb` MiB covers `folder` (default `models_root`), so a copy to it is a real copy
+        and its free space is that tmpfs's. `restore_sshd` (and `reset`) undoes it; the tmpfs goes with the
+        namespace."""
+        target = folder or self.models_root
+        h = self.hosts[host]
+        self.stop_sshd(h)
+        self._start_sshd(h, new_key=False, hide=target, tmpfs_mb=size_mb)
+        return target
+
+    def in_mounts(self, host: str, argv: Sequence[str], *, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run argv as root in the host's sshd's mount namespace (to lay files into its own models folder)."""
+        h = self.hosts[host]
+        if h.ssh_pid is None:
+            raise RigError(f"{host}: no sshd")
+        return sh(["nsenter", "-t", str(h.ssh_pid), "-m", *argv], timeout=timeout)
+
+    def slow_link(self, host: str, mbit: int) -> None:
+        """Limit what reaches a host over its SSH link to `mbit` (a token bucket on its veth); `reset` lifts it."""
+        sh(["tc", "qdisc", "replace", "dev", self.hosts[host].veth, "root", "tbf", "rate", f"{mbit}mbit",
+            "burst", "256kb", "latency", "100ms"])
+
+    def unslow_link(self, host: str) -> None:
+        sh(["tc", "qdisc", "del", "dev", self.hosts[host].veth, "root"], check=False)
+
     def restore_sshd(self, host: str) -> None:
         """The host's sshd as set up: running, in the root mount namespace, with the pinned host key."""
         h = self.hosts[host]
@@ -450,6 +486,7 @@ class Rig:
         container on any host, no v2 image, a fresh journal named after the test."""
         for host in self.hosts.values():
             self.set_link(host.name, True)
+            self.unslow_link(host.name)
             self.accept_client_key(host.name)
             self.restore_sshd(host.name)
             podman_local(host.folder, "rm", "-af", "-t", "0", check=False)
