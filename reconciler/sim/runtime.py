@@ -26,6 +26,7 @@ from typing import Any
 from reconciler.facts import commands as fc
 from reconciler.facts.gpu_script import GPU_FREE_EXIT_BUSY
 from reconciler.facts.labels import LABEL_MANAGED, LABEL_RANK, MANAGED_VALUE
+from reconciler.sim import modelfiles
 from reconciler.sim.containers import SimContainer
 from reconciler.sim.dockerd import Result, SimDockerDaemon
 from reconciler.sim.engineargs import scan_engine_argv
@@ -56,6 +57,7 @@ class SimContainerRuntime:
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.facts = SimHostFacts(memory_per_container=memory_per_container, clock=clock)
+        self.models = modelfiles.SimModelFiles(self.facts)  # model folders: checks, listings, removals
         self.daemon = SimDockerDaemon(address, images, self.work_dir, self._read_envfile, shared)
         self.daemon.device_paths = self._device_paths  # docker finds the devices the probe reports
         self.daemon.driver_cuda = lambda: self.facts.info.cuda if self.facts.info.driver else None
@@ -93,7 +95,9 @@ class SimContainerRuntime:
 
     @staticmethod
     def wants_stdin(argv: Sequence[str]) -> bool:
-        """Whether the command reads stdin (only the env-file writer does)."""
+        """Whether the command reads stdin (the env-file writer, the model check and the model folders)."""
+        if modelfiles.wants_stdin(list(argv)):
+            return True
         return fc.command_marker(argv) == fc.ENVFILE_MARKER and list(argv[5:6]) == ["write"]
 
     # -- the one entry point -------------------------------------------------
@@ -101,6 +105,8 @@ class SimContainerRuntime:
     async def execute(self, argv: list[str], stdin: str | None = None) -> Result:
         if not argv:
             return 0, "", ""
+        if modelfiles.handles(argv):
+            return self.models.execute(argv, stdin or "")
         marker = fc.command_marker(argv)
         delay = self.latency.get(marker or " ".join(argv[:2]), 0.0)
         if delay:
