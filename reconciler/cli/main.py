@@ -16,6 +16,8 @@ from reconciler.cli import demo as demo_cmd
 from reconciler.cli import exitcodes
 from reconciler.cli import history as history_cmd
 from reconciler.cli import hosts as hosts_cmd
+from reconciler.cli import modelfacts as modelfacts_cmd
+from reconciler.cli import models as models_cmd
 from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import rewind as rewind_cmd
 from reconciler.cli import schema as schema_cmd
@@ -112,8 +114,14 @@ app.command("bench")(bench_cli.bench_cmd)
 app.command("upstream")(upstream_cmd.upstream_cmd)
 app.command("propose")(upstream_cmd.propose_cmd)
 app.command("schema")(schema_cmd.schema)
-model_app = typer.Typer(help="Model files: fill architecture figures from a checkpoint.", no_args_is_help=True)
+model_app = typer.Typer(
+    help="Model files: figures and manifests from a checkpoint; model files on the hosts.", no_args_is_help=True
+)
 model_app.command("describe")(schema_cmd.model_describe)
+model_app.command("facts")(modelfacts_cmd.model_facts)
+model_app.command("status")(models_cmd.model_status_cmd)
+model_app.command("unused")(models_cmd.model_unused_cmd)
+model_app.command("remove")(models_cmd.model_remove_cmd)
 app.add_typer(model_app, name="model")
 config_app = typer.Typer(help="The daemon's settings file.", no_args_is_help=True)
 config_app.command("check")(config_cmd.config_check_cmd)
