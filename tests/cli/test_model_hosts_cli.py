@@ -209,3 +209,21 @@ def test_the_sim_refuses_a_model_check_it_was_not_built_for() -> None:
         modelcheck_argv(), json.dumps({"mode": "check", "root": ROOT, "files": [], "extra": 1})
     )
     assert status == 2 and "bad arguments" in err
+
+
+async def test_plan_denies_a_lane_whose_host_cannot_take_the_model(fleet: SimFleet) -> None:
+    # spark2's model disk has 1 GiB free and none of the model: the margin is max(10 GiB floor, 0 %, the
+    # 200,003-byte shard) = 10 GiB, so it needs the model's bytes + 10 GiB. spark1 holds the model already.
+    spark2 = fleet.env.fleet.runtime("spark2").facts
+    spark2.models.pop(ROOT)  # the simulated fleet starts with every model in place: not this time
+    spark2.disk_by_path[ROOT] = (4 << 40, 1 << 30)
+    code, out, err = await fleet.lanes("plan", *fleet.connect(), "--json")
+    lanes = {lane["name"]: lane for lane in json.loads(out)["lanes"]}
+    assert code == 1, err
+    assert lanes["qwen-b"]["action"] == "denied"
+    assert "model-disk" in lanes["qwen-b"]["reason"]
+    assert f"needs {(TOTAL + (10 << 30)) / (1 << 30):.1f} GiB" in lanes["qwen-b"]["reason"]
+    assert "spark2: /srv/models/qwen has 1.0 GiB free" in lanes["qwen-b"]["reason"]
+    assert lanes["qwen-a"]["action"] != "denied"
+    code, out, _ = await fleet.lanes("check", "--repo", str(fleet.repo), "--json")
+    assert [v for v in json.loads(out)["violations"] if v["rule"] == "model-disk"] == []  # no host facts: silent
