@@ -22,7 +22,7 @@ from reconciler.execute.leases import Leases
 from reconciler.execute.record import settle
 from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent, ProgressFn, Result
 from reconciler.execute.secrets import SecretStore
-from reconciler.execute.swap import SwapRun
+from reconciler.execute.swap import SwapRun, resume_restores
 from reconciler.execute.transaction import LaneTransaction, Shared
 from reconciler.plan.health import Outcome
 from reconciler.plan.planner import FAILED_BEFORE
@@ -62,6 +62,8 @@ class Executor:
         ]
         results: dict[str, LaneResult] = {}
         try:
+            # A swap undo a killed daemon left half done is finished before anything else moves.
+            results.update(await resume_restores(shared, by_name, desired))
             for run in list(swaps):
                 not_begun = await self._begin_safely(run)
                 if not_begun is not None:  # a taking lane's image cannot be had: nothing of this swap runs

@@ -23,12 +23,12 @@ from reconciler.plan import Plan, PlanOptions, plan_fleet
 from reconciler.plan.windows import overrides_windows
 from reconciler.policy import Verdict, evaluate
 from reconciler.policy.ancestry import FixAncestry
-from reconciler.policy.diskfacts import disks_from_observation
 from reconciler.policy.hostmem import from_observation
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
 from reconciler.spec.policyfiles import KnownIssuesFile
 from reconciler.store.journal import Store
+from reconciler.store.swaprestore import pending_restores
 from reconciler.transport.base import HostTarget, Transport
 
 
@@ -130,15 +130,8 @@ class CycleRunner:
             timeout=self.settings.probe_timeout_s,
             concurrency=self.settings.concurrency,
         )
-        # Evaluated after the probe: free memory at boot comes from each idle host's MemAvailable when seen,
-        # free disk under each model path from the same probe.
-        verdict = evaluate(
-            desired,
-            loaded.policies,
-            fix_ancestry=answers,
-            host_memory=from_observation(observed),
-            model_disks=disks_from_observation(observed),
-        )
+        # Evaluated after the probe: free memory at boot comes from each idle host's MemAvailable when seen.
+        verdict = evaluate(desired, loaded.policies, fix_ancestry=answers, host_memory=from_observation(observed))
         records = self.store.lanes()
         options = PlanOptions(
             owner=self.settings.owner,
@@ -153,7 +146,7 @@ class CycleRunner:
             window_clock=window_clock(),
             window_override=now or overrides_windows(loaded.message),
             stopped=stopped_lanes(records),
-            swapped=swap_failures(records),
+            swapped=swap_failures(records, pending_restores(self.store)),
         )
         return verdict, observed, plan_fleet(desired, observed, verdict, options), targets
 

@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from reconciler.errors import LanesError, StepFailedError
 from reconciler.execute.hostops import gather_hosts
@@ -31,6 +32,7 @@ from reconciler.plan.swaps import Stopped
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import LaneRecord
+from reconciler.store.swaprestore import clear_restore, mark_restore, pending_restores
 
 TAKEN = frozenset({Result.APPLIED, Result.VERIFIED})
 """A taking lane's results that count as having taken its hosts."""
@@ -38,9 +40,11 @@ SWAP_ROLLED_BACK = "swap rolled back"
 """How the giving and taking lanes' errors, and so `lanes status` and the commit's note, name the undo."""
 
 
-def swap_failures(records: list[LaneRecord]) -> frozenset[str]:
-    """Lanes whose last error says their failure undid a swap (`_settle_taking` words it so)."""
-    return frozenset(r.name for r in records if r.last_error and f"; {SWAP_ROLLED_BACK}" in r.last_error)
+def swap_failures(records: list[LaneRecord], pending: Mapping[str, Mapping[str, Any]] | None = None) -> frozenset[str]:
+    """Lanes whose last error says their failure undid a swap (`_settle_taking` words it so), and the taking
+    lanes of an undo still pending (a daemon killed while it ran)."""
+    named = {r.name for r in records if r.last_error and f"; {SWAP_ROLLED_BACK}" in r.last_error}
+    return frozenset(named | {t for info in (pending or {}).values() for t in info.get("taking") or ()})
 
 
 def stopped_lanes(records: list[LaneRecord]) -> dict[str, Stopped]:
@@ -137,6 +141,8 @@ class SwapRun:
         why = "; ".join(f"{t} {results[t].result.value}: {results[t].error or 'no reason given'}" for t in failed)
         cause = f"{', '.join(failed)} did not take {', '.join(self.swap.hosts)}"
         for g in gave:
+            # Before any host is touched: a daemon killed from here on still brings the lane back (`resume`).
+            mark_restore(s.store, g, taking=failed, hosts=self.swap.hosts, cause=cause, why=why)
             s.progress(ProgressEvent(g, "swap-rollback", "started", f"{cause}: {g} comes back"))
         held: list[str] = []
         restores: dict[str, Restore]
@@ -209,6 +215,7 @@ class SwapRun:
             run, lane, lp.commit, fingerprint, outcome.value, message, started, {}, restore.logs, cause=lp.cause.value
         )
         self.shared.progress(ProgressEvent(lane, "swap-rollback", "done" if restore.ok else "failed", message))
+        clear_restore(store, lane)
         return replace(result, result=outcome, error=message)
 
     def _settle_taking(self, lane: str, result: LaneResult, tail: str) -> LaneResult:
@@ -220,3 +227,49 @@ class SwapRun:
         message = f"{result.error or result.result.value}; {tail}"
         store.update_lane(lane, last_error=message)
         return replace(result, error=message)
+
+
+async def resume_restores(
+    shared: Shared, plans: Mapping[str, LanePlan], desired: DesiredState
+) -> dict[str, LaneResult]:
+    """Finish the swap undos a killed daemon left: each giving lane still stopped is brought back, gated.
+
+    A lane whose plan is no longer "nothing runs, nothing to do" (its ranks run: the undo got that far;
+    or the commit changed it) has nothing to finish: its mark goes.
+    """
+    store, out = shared.store, {}
+    for lane, info in sorted(pending_restores(store).items()):
+        lp = plans.get(lane)
+        if lp is None:
+            continue  # not in this cycle (a trial's cycle plans one lane): left for the daemon's next one
+        if lp.action != "noop" or lp.cause != Cause.NOTHING_RUNS:
+            clear_restore(store, lane)
+            continue
+        taking = [str(t) for t in info.get("taking") or ()]
+        swap = Swap((lane,), tuple(taking), tuple(str(h) for h in info.get("hosts") or lp.hosts))
+        run = SwapRun(shared, swap, {lane: lp}, {lane: store.lane(lane)}, desired)
+        cause, why = str(info.get("cause") or "the swap failed"), str(info.get("why") or "")
+        shared.progress(ProgressEvent(lane, "swap-rollback", "started", f"{cause}: {lane} comes back (resumed)"))
+        held: list[str] = []
+        rec = run.before.get(lane)
+        try:
+            await shared.leases.take(swap.hosts, held, lane)
+            # Ranks the killed undo may have left half started are removed first: a name in use refuses a run.
+            previous = [spec_from_json(d) for d in rec.healthy_specs] if rec else []
+            await gather_hosts([shared.ops.stop_remove(h, spec.name) for h, spec in previous])
+            restore = await run._restart(lane, cause)
+        except (LeaseBlockedError, LanesError, OSError) as exc:
+            restore = Restore(ok=False, attempted=True, error=str(exc))
+        finally:
+            await shared.leases.give_back(held)
+        out[lane] = run._settle_giving(lane, restore, cause, why, LaneResult(lane, lp.action, Result.NOOP))
+        tail = (
+            f"{SWAP_ROLLED_BACK}: {lane} serve(s) again on the previous spec"
+            if restore.ok
+            else f"{SWAP_ROLLED_BACK}, but {lane} could not be brought back"
+        )
+        for t in taking:
+            rec_t = store.lane(t)
+            if rec_t is not None and f"; {SWAP_ROLLED_BACK}" not in (rec_t.last_error or ""):
+                store.update_lane(t, last_error=f"{rec_t.last_error or 'failed its gate'}; {tail}")
+    return out

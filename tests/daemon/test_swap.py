@@ -182,6 +182,36 @@ async def test_a_swap_cut_short_by_a_killed_daemon_is_still_undone_when_the_new_
     assert await world.daemon.stop(timeout=30) == 0
 
 
+async def test_a_daemon_killed_while_it_undoes_a_swap_brings_the_old_lane_back_when_it_returns(world: World) -> None:
+    old = ranks(world, PRODUCTION)
+    never = world.fleet.registry.add(
+        "aidendle94/sparkrun-sglang-dsv41-gb10:never", env={"STANDIN_NEVER_HEALTHY": "1"}
+    ).pinned
+    head = swap_commit(world, never, "move dgx1-4 to the next build (which never gets ready)")
+    await wait_for(lambda: world.in_step(NEXT, "wait-ready"), 60, "the new lane's readiness wait", 0.05)
+    world.slow(PROD_HOSTS, "docker run", 3.0)  # the undo's starts take a while: the kill lands inside it
+    await wait_for(lambda: world.in_step(PRODUCTION, "swap-rollback"), 90, "the undo under way", 0.05)
+    assert await world.daemon.stop(signal.SIGKILL, timeout=30) == -signal.SIGKILL
+    world.fast()
+    assert ranks(world, NEXT) == []  # the new lane's own rollback removed its ranks before the undo began
+    assert "swap rolled back" not in str(world.lane_row(PRODUCTION).get("last_error"))
+    await world.daemon.start()
+    # Back: the commit says the production lane is stopped, yet the undo is finished, gated, and both held.
+    await wait_for(lambda: "swap rolled back" in str(world.lane_row(PRODUCTION).get("last_error")), 90, "undone")
+    assert ranks(world, PRODUCTION) == old
+    prod = world.lane_row(PRODUCTION)
+    assert prod["health"] == "healthy" and "seen ready" in str(prod["last_error"])
+    assert "swap rolled back" in str(world.lane_row(NEXT)["last_error"])
+    assert [a["result"] for a in world.applies(PRODUCTION, head)][-1] == "rolled-back"
+    assert not world.rows("select 1 from meta where key like 'swap-restore:%'")
+    seen = world.lane_row(PRODUCTION)["updated"]
+    world.daemon.kick()  # a later cycle neither stops it again nor retries the failed lane
+    await wait_for(lambda: world.lane_row(PRODUCTION)["updated"] > seen, 60, "a later cycle")
+    await wait_for(lambda: "keeps serving" in str(world.lane_row(PRODUCTION)["last_error"]), 30, "held")
+    assert ranks(world, PRODUCTION) == old and ranks(world, NEXT) == []
+    assert await world.daemon.stop(timeout=30) == 0
+
+
 async def test_a_swap_whose_new_image_cannot_be_pulled_never_stops_the_old_lane(world: World) -> None:
     ids = {b.name: b.id for h in PROD_HOSTS for b in world.containers(h) if PRODUCTION in b.name}
     assert len(ids) == 4
