@@ -25,8 +25,9 @@ import typer
 from rich.console import Console
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, handle_errors
+from reconciler.cli.planview import print_plan
 from reconciler.cli.progress import StepPrinter
-from reconciler.cli.reconcile import print_plan, print_status
+from reconciler.cli.reconcile import print_status
 from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings, HostOverride
 from reconciler.execute.secrets import SecretStore

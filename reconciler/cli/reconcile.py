@@ -17,10 +17,10 @@ from rich.text import Text
 from reconciler.cli import exitcodes
 from reconciler.cli.common import EXIT_DENY, LoadedCommit, fail, handle_errors, load_commit
 from reconciler.cli.daemonview import ask_daemon, needs_attention, trouble_lines
-from reconciler.cli.history import field_text
-from reconciler.cli.plandiff import LaneDiff, lane_diffs
+from reconciler.cli.plandiff import lane_diffs
+from reconciler.cli.planview import blocked_lanes, plan_to_json, print_plan, unreachable_hosts
 from reconciler.cli.progress import StepPrinter
-from reconciler.cli.tables import Column, paragraph, print_table
+from reconciler.cli.tables import Column, print_table
 from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings
 from reconciler.execute.results import Result
@@ -59,24 +59,6 @@ DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts").expanduser()
 DEFAULT_KEY = Path("~/.ssh/id_ed25519").expanduser()
 
 
-def blocked_lanes(result: CycleResult) -> list[dict[str, Any]]:
-    """Lanes the plan cannot act on now (a host unreachable, a lease, a failed spec, a retry pending)."""
-    return [
-        {"name": lp.lane, "cause": lp.cause.value, "reason": lp.reason, "hosts": list(lp.hosts)}
-        for lp in result.plan.lanes
-        if lp.action == "blocked"
-    ]
-
-
-def unreachable_hosts(result: CycleResult, only: frozenset[str] | None) -> list[str]:
-    """Hosts that did not answer: all of them, or with --lane those the chosen lanes run on."""
-    down = result.observed.unreachable()
-    if only is None:
-        return list(down)
-    involved = {h for lp in result.plan.lanes for h in lp.hosts}
-    return [h for h in down if h in involved]
-
-
 def plan_exit(result: CycleResult, only: frozenset[str] | None, *, detailed: bool) -> int:
     """The exit code of `plan` (see `reconciler.cli.exitcodes`): blocked, then denied or failing, then changes."""
     if blocked_lanes(result) or unreachable_hosts(result, only):
@@ -84,103 +66,6 @@ def plan_exit(result: CycleResult, only: frozenset[str] | None, *, detailed: boo
     if any(lp.action in {"denied", "fail"} for lp in result.plan.lanes):
         return exitcodes.FAILED
     return exitcodes.CHANGES if detailed and not result.plan.empty else exitcodes.OK
-
-
-def plan_to_json(
-    result: CycleResult,
-    diffs: dict[str, LaneDiff] | None = None,
-    only: frozenset[str] | None = None,
-    code: int | None = None,
-) -> dict[str, Any]:
-    diffs = diffs or {}
-    out: dict[str, Any] = {
-        "commit": result.commit,
-        "changes": not result.plan.empty,
-        "blocked": blocked_lanes(result),
-        "unreachable": unreachable_hosts(result, only),
-        "lanes": [
-            {
-                "name": lp.lane,
-                "action": lp.action,
-                "reason": lp.reason,
-                "cause": lp.cause.value,
-                "drift": [d.to_json() for d in lp.drift],
-                "hosts": list(lp.hosts),
-                "steps": [{"kind": s.kind, "describe": s.describe()} for s in lp.steps],
-                **({"diff": diffs[lp.lane].to_json()} if lp.lane in diffs else {}),
-            }
-            for lp in result.plan.lanes
-        ],
-    }
-    if code is not None:
-        out["ok"] = code in (exitcodes.OK, exitcodes.CHANGES)
-        out["exit_code"] = code
-    return out
-
-
-ACTION_COLORS = {
-    "deploy": "cyan",
-    "verify": "cyan",
-    "stop": "magenta",
-    "noop": "green",
-    "denied": "red",
-    "fail": "red",
-    "blocked": "yellow",
-    "suspended": "magenta",
-}
-INDENT = " " * 10
-
-
-def _say(console: Console, markup: str) -> None:
-    """A plan line: wrapped at words at the terminal's width, continued under its text; whole in a pipe."""
-    indent = len(markup) - len(markup.lstrip(" "))
-    paragraph(console, markup, indent=indent + 2 if indent else len(INDENT))
-
-
-def print_plan(
-    result: CycleResult,
-    console: Console,
-    diffs: dict[str, LaneDiff] | None = None,
-    only: frozenset[str] | None = None,
-) -> None:
-    """One line per lane (its action and why), then what changes in it and its steps; blocked is never 'nothing'."""
-    diffs = diffs or {}
-    for lp in result.plan.lanes:
-        color = ACTION_COLORS.get(lp.action, "yellow")
-        diff = diffs.get(lp.lane)
-        reason = lp.reason
-        if diff is not None and diff.files and lp.cause.value == "spec-changed":
-            reason = f"the spec changed since {diff.running[0][:12]}, the commit its containers run:"
-        _say(console, f"[{color}]{lp.action:7}[/] [bold]{escape(lp.lane)}[/]: {escape(reason)}")
-        if diff is not None:
-            for file in diff.files:
-                _say(console, f"{INDENT}[dim]{escape(file.path)}[/] ({file.status})")
-                if file.error:
-                    _say(console, f"{INDENT}  {escape(file.error)}")
-                for change in file.fields:
-                    data = {"field": change.field, "kind": change.kind, "old": change.old, "new": change.new}
-                    _say(console, f"{INDENT}  {field_text(data)}")
-            if diff.problem:
-                _say(console, f"{INDENT}[yellow]{escape(diff.problem)}[/]")
-            if diff.restarts:
-                downtime = (
-                    f"; expected downtime about {diff.last_ready_s:.0f} s (its last start took that to a first token)"
-                    if diff.last_ready_s is not None
-                    else "; expected downtime unknown (no start of this lane measured yet)"
-                )
-                _say(console, f"{INDENT}restarts {escape(', '.join(diff.restarts))}{downtime}")
-        for i, step in enumerate(lp.steps, 1):
-            _say(console, f"{INDENT}{i}. {escape(step.describe())}")
-    blocked = blocked_lanes(result)
-    unreachable = unreachable_hosts(result, only)
-    if unreachable:
-        _say(console, f"[yellow]unreachable:[/] {escape(', '.join(unreachable))}: what runs there is unknown")
-    if blocked:
-        _say(console, f"[yellow]blocked:[/] {len(blocked)} lane(s) cannot be reconciled now")
-    if result.plan.empty and (blocked or unreachable):
-        _say(console, "[yellow]no changes planned, but lanes cannot tell the fleet is in sync (see above)[/]")
-    elif result.plan.empty:
-        _say(console, "[green]nothing to do[/]")
 
 
 def print_status(rows: list[dict[str, Any]], console: Console) -> None:
