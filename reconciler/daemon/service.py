@@ -48,6 +48,7 @@ from reconciler.logsetup import remember_secrets
 from reconciler.notifications import hub as notifications
 from reconciler.source.mirror import Mirror
 from reconciler.source.watch import watch_refs
+from reconciler.store.experiments import experiments
 from reconciler.store.journal import Store
 from reconciler.store.status import status_rows
 from reconciler.transport.ssh import SSHTransport
@@ -436,6 +437,11 @@ class Daemon:
             "blocked": dict(self.decider.blocked),
             "refused": self.decider.refused,
             "lanes": rows,
+            # The newest trial branch heads tried (the comparison itself is on the pull request and the branch).
+            "trials": [
+                {k: t.get(k) for k in ("branch", "commit_sha", "state", "summary", "lanes", "evidence_commit", "pull")}
+                for t in experiments(self.store, limit=10)
+            ],
         }
 
     async def _page(self, request: Request) -> Response:

@@ -97,6 +97,10 @@ async def test_a_trial_branch_is_measured_on_spare_hosts_and_reported_on_its_pul
             told = receivers.got[0].text
             assert BRANCH in told and "measured 1 of 1 lane(s)" in told and forge.pulls[0]["html_url"] in told
 
+            (trial,) = (await d.status())["trials"]  # /status says what was tried and where to read it
+            assert (trial["branch"], trial["commit_sha"], trial["state"]) == (BRANCH, idea, "measured")
+            assert trial["evidence_commit"] == str(tip.id) and trial["pull"] == forge.pulls[0]["html_url"]
+
             # The trial is gone; production still runs what main says; main did not move for the trial.
             for host in SPARE:
                 assert running(w, host) == []
