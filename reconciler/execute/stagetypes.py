@@ -84,6 +84,9 @@ class StageReport:
     checks: Mapping[str, ModelCheck]
     """Each receiver's last check (after its copy, or the first one when it needed nothing)."""
     seconds: float
+    phases: Mapping[str, float] = field(default_factory=dict)
+    """Seconds in each phase: the first checks, starting the agent, copying and checking again (per round, its
+    slowest receiver), summed over rounds."""
 
     @property
     def total_sent(self) -> int:

@@ -100,6 +100,7 @@ class _Stager:
         self.copied: dict[str, list[str]] = {}
         self.checks: dict[str, ModelCheck] = {}
         self.agent: str | None = None
+        self.phases = {"check": 0.0, "agent": 0.0, "copy": 0.0, "verify": 0.0}
         self._keys: dict[str, str] = {}
 
     # ---- checks ----------------------------------------------------------------------------------
@@ -158,6 +159,7 @@ class _Stager:
         if self.origin.spark and self.origin.host is not None and self.origin.name not in self.targets:
             to_check.append(self.origin.host)
         checks = await self.check_all(to_check)
+        self.phases["check"] = time.monotonic() - started
         if self.origin.spark and not checks[self.origin.name].complete:
             wrong = needed(checks[self.origin.name])
             raise StagingError(f"{self.origin.name}: the origin of {self.model} does not hold it: "
@@ -176,13 +178,15 @@ class _Stager:
         async with contextlib.AsyncExitStack() as stack:
             if any(t.sender != CONTROL_NODE for r in plan.rounds for t in r):
                 lifetime = int(sum(self._transfer_timeout(t) for r in plan.rounds for t in r) + 600)
+                t0 = time.monotonic()
                 self.agent = await stack.enter_async_context(private_agent(self.key, lifetime_s=lifetime))
+                self.phases["agent"] = time.monotonic() - t0
             for round_ in plan.rounds:
                 await self.run_round(round_)
         return StageReport(model=self.model, plan=plan, sent_by=dict(self.sent_by),
                            received_by=dict(self.received_by),
                            copied={r: tuple(sorted(f)) for r, f in self.copied.items()}, checks=dict(self.checks),
-                           seconds=time.monotonic() - started)  # fmt: skip
+                           seconds=time.monotonic() - started, phases=dict(self.phases))  # fmt: skip
 
     async def run_round(self, transfers: Sequence[Transfer]) -> None:
         by_receiver: dict[str, list[Transfer]] = {}
@@ -193,9 +197,13 @@ class _Stager:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             _raise_first(errors)
+        # The round lasts as long as its slowest receiver's copy, then its slowest check.
+        for i, phase in enumerate(("copy", "verify")):
+            self.phases[phase] += max(r[i] for r in results if not isinstance(r, BaseException))
 
-    async def receive(self, receiver: str, transfers: Sequence[Transfer]) -> None:
-        """Run one receiver's transfers of a round at once, then check it again."""
+    async def receive(self, receiver: str, transfers: Sequence[Transfer]) -> tuple[float, float]:
+        """Run one receiver's transfers of a round at once, then check it again; (copy, check) seconds."""
+        started = time.monotonic()
         state = Receiving(receiver, sum(t.bytes for t in transfers), self.lane, self.progress)
         outputs = [RsyncOutput(frozenset(t.files)) for t in transfers]
         state.outputs.extend(outputs)
@@ -208,6 +216,7 @@ class _Stager:
         self.copied.setdefault(receiver, []).extend(f for t in transfers for f in t.files)
         if self.progress is not None:
             self.progress(StageProgress(self.lane, receiver, state.total, state.total, 0.0, None, phase="verify"))
+        copied = time.monotonic()
         check = await self.check(self.targets[receiver])
         self.checks[receiver] = check
         wrong = needed(check)
@@ -223,6 +232,7 @@ class _Stager:
                 file=first,
                 transient=False,
             )
+        return copied - started, time.monotonic() - copied
 
     def _transfer_timeout(self, t: Transfer) -> float:
         return 120.0 + t.bytes / MIN_RATE_BPS
