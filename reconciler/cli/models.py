@@ -74,7 +74,13 @@ def status_pairs(desired: DesiredState, model: str | None, hosts: list[str]) -> 
                 f"model '{name}' has no manifest to check against: write it with `lanes model facts {name} --from DIR`",
                 field="MODEL",
             )
-        pairs += [(name, host) for host in (hosts or model_hosts(desired, name))]
+        on = hosts or model_hosts(desired, name)
+        if not on and model is not None:
+            raise InputError(
+                f"model '{name}' is on no lane's hosts and has no origin host: name the hosts with --hosts",
+                field="--hosts",
+            )
+        pairs += [(name, host) for host in on]
     return pairs
 
 
