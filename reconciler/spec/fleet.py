@@ -10,6 +10,10 @@ GLOO, UCX and Ray bind there. How the hosts are cabled (one switch, a direct
 pair, a ring of three with one subnet per cable, as NVIDIA's connect-two-
 and connect-three-sparks playbooks set them up) follows from the ports'
 subnets, so it is never declared twice (`reconciler.engines.fabric`).
+
+The fleet file also names the origins: SSH hosts that hold checkpoints (a NAS) for models whose
+`origin:` points at them (`reconciler.spec.origin`). lanes copies model files from them and does
+nothing else there.
 """
 
 from __future__ import annotations
