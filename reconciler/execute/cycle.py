@@ -23,6 +23,7 @@ from reconciler.plan import Plan, PlanOptions, plan_fleet
 from reconciler.plan.windows import overrides_windows
 from reconciler.policy import Verdict, evaluate
 from reconciler.policy.ancestry import FixAncestry
+from reconciler.policy.diskfacts import disks_from_observation
 from reconciler.policy.hostmem import from_observation
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
@@ -130,8 +131,15 @@ class CycleRunner:
             timeout=self.settings.probe_timeout_s,
             concurrency=self.settings.concurrency,
         )
-        # Evaluated after the probe: free memory at boot comes from each idle host's MemAvailable when seen.
-        verdict = evaluate(desired, loaded.policies, fix_ancestry=answers, host_memory=from_observation(observed))
+        # Evaluated after the probe: free memory at boot comes from each idle host's MemAvailable when seen,
+        # free disk under each model path from the same probe (the model-disk rule).
+        verdict = evaluate(
+            desired,
+            loaded.policies,
+            fix_ancestry=answers,
+            host_memory=from_observation(observed),
+            model_disks=disks_from_observation(observed),
+        )
         records = self.store.lanes()
         options = PlanOptions(
             owner=self.settings.owner,
