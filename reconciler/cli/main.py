@@ -18,6 +18,7 @@ from reconciler.cli import history as history_cmd
 from reconciler.cli import hosts as hosts_cmd
 from reconciler.cli import modelfacts as modelfacts_cmd
 from reconciler.cli import models as models_cmd
+from reconciler.cli import modelsync as modelsync_cmd
 from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import rewind as rewind_cmd
 from reconciler.cli import schema as schema_cmd
@@ -122,6 +123,7 @@ model_app.command("facts")(modelfacts_cmd.model_facts)
 model_app.command("status")(models_cmd.model_status_cmd)
 model_app.command("unused")(models_cmd.model_unused_cmd)
 model_app.command("remove")(models_cmd.model_remove_cmd)
+model_app.command("sync")(modelsync_cmd.model_sync_cmd)
 app.add_typer(model_app, name="model")
 config_app = typer.Typer(help="The daemon's settings file.", no_args_is_help=True)
 config_app.command("check")(config_cmd.config_check_cmd)

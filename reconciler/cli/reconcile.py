@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +29,7 @@ from reconciler.execute.secrets import SecretStore
 from reconciler.source.gitread import open_repo
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
-from reconciler.store.status import drift_text, held_text, status_rows
+from reconciler.store.status import drift_text, held_text, staging_text, status_rows
 from reconciler.transport.ssh import SSHTransport
 from reconciler.upstream.ancestry import fix_ancestry
 
@@ -103,7 +104,7 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
                 ",".join(r["hosts"]),
                 f"{ready:.1f} s" if ready else "",
                 " ".join(v for k, v in r.get("evidence", {}).items() if k in {"pp", "tg"}),
-                held_text(r) or r["last_error"] or drift_text(r.get("drift")),
+                staging_text(r.get("staging")) or held_text(r) or r["last_error"] or drift_text(r.get("drift")),
             ]
         )
     print_table(console, columns, table, title=Text("lanes", style="bold"))
@@ -127,7 +128,9 @@ def make_runner(
     transport = SSHTransport(known_hosts, [key])
     # The git-head mirrors `lanes upstream` keeps answer whether a build holds a known issue's fix.
     ancestry = partial(fix_ancestry, data_dir=UPSTREAM_DATA)
-    runner = CycleRunner(transport, store, SecretStore(secrets_dir), settings or CycleSettings(), ancestry)
+    # Staging a model copies with rsync over ssh, with the same key and pinned host keys as every command.
+    settings = replace(settings or CycleSettings(), ssh_key=key, known_hosts=known_hosts)
+    runner = CycleRunner(transport, store, SecretStore(secrets_dir), settings, ancestry)
     return runner, store, transport
 
 

@@ -179,6 +179,9 @@ class SshSettings(Section):
     connect_timeout_s: float = Field(10.0, gt=0, le=600, description="seconds to connect and authenticate to a host")
     command_timeout_s: float = Field(60.0, gt=0, le=3600, description="seconds for one remote command")
     probe_timeout_s: float = Field(30.0, gt=0, le=600, description="seconds for the one probe per host and cycle")
+    stage_parallel: int = Field(
+        4, ge=1, le=64, description="rsync processes copying a model's files into one host at once when staging"
+    )
     pull_timeout_s: float = Field(
         1800.0, gt=0, le=86400, description="seconds for an image pull (multi-GB engine images on a slow link)"
     )
@@ -509,6 +512,9 @@ class DaemonConfig(Section):
             concurrency=self.ssh.concurrency,
             drop_caches=self.daemon.drop_caches,
             overrides=self.overrides(),
+            ssh_key=self.ssh.key,
+            known_hosts=self.ssh.known_hosts,
+            stage_parallel=self.ssh.stage_parallel,
         )
 
     def secret_paths(self) -> dict[str, Path | None]:

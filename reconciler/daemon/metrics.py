@@ -118,6 +118,24 @@ class Metrics:
             "Lanes the last cycle could not act on (a host leased by another reconciler, or unreachable)",
             registry=r,
         )
+        self.staging_done = Gauge(
+            "lanes_staging_bytes_done",
+            "Bytes of a model staged on a host so far, while a lane's model is being staged",
+            ["lane", "host"],
+            registry=r,
+        )
+        self.staging_total = Gauge(
+            "lanes_staging_bytes_total",
+            "Bytes a host is to receive while a lane's model is being staged",
+            ["lane", "host"],
+            registry=r,
+        )
+        self.staging_rate = Gauge(
+            "lanes_staging_rate_bytes_per_second",
+            "The copy rate into a host while a lane's model is being staged",
+            ["lane", "host"],
+            registry=r,
+        )
         self.notifications = Counter(
             "lanes_notifications",
             "Notification messages per receiver by outcome: sent, failed (after every retry) or dropped (queue full)",
@@ -151,13 +169,21 @@ class Metrics:
         """Set the lane gauges from `status_rows()` (`{"name", "health", ...}` per lane)."""
         counts = dict.fromkeys(HEALTHS, 0)
         current: dict[str, str] = {}
-        for row in rows:
+        rows_list = list(rows)
+        for row in rows_list:
             health = str(row.get("health") or "progressing")
             counts[health] = counts.get(health, 0) + 1
             current[str(row["name"])] = health
         self.lanes.clear()
         for health, n in counts.items():
             self.lanes.labels(health=health).set(n)
+        for gauge in (self.staging_done, self.staging_total, self.staging_rate):
+            gauge.clear()
+        for row in rows_list:
+            for host, fig in ((row.get("staging") or {}).get("hosts") or {}).items():
+                self.staging_done.labels(lane=row["name"], host=host).set(fig.get("done") or 0)
+                self.staging_total.labels(lane=row["name"], host=host).set(fig.get("total") or 0)
+                self.staging_rate.labels(lane=row["name"], host=host).set(fig.get("rate_bps") or 0)
         self.lane_health.clear()
         for lane, health in current.items():
             for h in sorted(set(HEALTHS) | {health}):

@@ -68,6 +68,10 @@ class CycleSettings:
     overrides: Mapping[str, HostOverride] = field(default_factory=dict)
     watch_interval_s: float = 5.0
     gpu_free_timeout_s: float = 60.0
+    ssh_key: Path | None = None
+    known_hosts: Path | None = None
+    """The reconciler's key and pinned host keys, for staging models (rsync over ssh); the transport has its own."""
+    stage_parallel: int = 4
 
 
 @dataclass
@@ -92,6 +96,20 @@ def targets_for(desired: DesiredState, overrides: Mapping[str, HostOverride]) ->
             address=o.address if o else host.address,
             port=o.port if o else host.ssh_port(desired.fleet),
             user=(o.user if o and o.user else host.ssh_user(desired.fleet)),
+        )
+    return out
+
+
+def origin_targets(desired: DesiredState, overrides: Mapping[str, HostOverride]) -> dict[str, HostTarget]:
+    """Where the fleet's origins (`origins:` in the fleet file) answer SSH, overrides applied."""
+    out = {}
+    for origin in desired.fleet.origins:
+        o = overrides.get(origin.name)
+        out[origin.name] = HostTarget(
+            name=origin.name,
+            address=o.address if o else origin.address,
+            port=o.port if o else origin.ssh_port(desired.fleet),
+            user=(o.user if o and o.user else origin.ssh_user(desired.fleet)),
         )
     return out
 
@@ -174,8 +192,10 @@ class CycleRunner:
         result = CycleResult(loaded.commit, verdict, observed, fleet_plan)
         if not apply:
             return result
+        # Origins (a NAS holding checkpoints) are reached only to stage models from: never probed.
+        reach = {**origin_targets(loaded.desired, self.settings.overrides), **targets}
         ops = HostOps(
-            self.transport, targets, timeout=self.settings.command_timeout_s, pull_timeout=self.settings.pull_timeout_s
+            self.transport, reach, timeout=self.settings.command_timeout_s, pull_timeout=self.settings.pull_timeout_s
         )
         executor = Executor(
             ops,
@@ -186,6 +206,9 @@ class CycleRunner:
                 lease_ttl_s=loaded.desired.fleet.lease_ttl_s,
                 watch_interval_s=self.settings.watch_interval_s,
                 gpu_free_timeout_s=self.settings.gpu_free_timeout_s,
+                ssh_key=self.settings.ssh_key,
+                known_hosts=self.settings.known_hosts,
+                stage_parallel=self.settings.stage_parallel,
             ),
             progress,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from reconciler.plan.steps import Cause
 
@@ -67,3 +68,8 @@ class ExecutorConfig:
     """How long an in-sync lane's engine gets to answer its health check at a resync."""
     gpu_free_timeout_s: float = 60.0
     """How long a rank host's GPU may stay held after the old ranks stopped (the recipes' launcher waits 60 s)."""
+    ssh_key: Path | None = None
+    known_hosts: Path | None = None
+    """The reconciler's own SSH key and pinned host keys: staging's rsync and ssh use them, nothing else."""
+    stage_parallel: int = 4
+    """rsync processes into one host at once when a model is staged."""

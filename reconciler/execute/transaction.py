@@ -32,6 +32,7 @@ from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent
 from reconciler.execute.rollback import put_back
 from reconciler.execute.secrets import SecretStore, env_file_text
 from reconciler.execute.specjson import spec_to_json
+from reconciler.execute.stagestep import run_stage
 from reconciler.facts.cudareq import REQUIRE_VAR, driver_gives, required_cuda
 from reconciler.plan.health import Outcome
 from reconciler.plan.steps import (
@@ -41,6 +42,7 @@ from reconciler.plan.steps import (
     LanePlan,
     PullImages,
     RemoveEnvFiles,
+    StageModel,
     StartRanks,
     Step,
     StopContainers,
@@ -178,6 +180,8 @@ class LaneTransaction:
             run = partial(self.s.leases.take, step.hosts, self.held, self.lp.lane)
         elif isinstance(step, PullImages):
             run = partial(self._pull, step)
+        elif isinstance(step, StageModel):
+            run = partial(self._stage, step)
         elif isinstance(step, WriteEnvFiles):
             run = partial(self._env_files, step)
         elif isinstance(step, StopContainers):
@@ -219,6 +223,9 @@ class LaneTransaction:
         errors = await gather_hosts([one(h, image) for h, image in step.pulls])
         if errors:
             raise StepFailedError.wrap("pull", errors, touched=False)
+
+    async def _stage(self, step: StageModel) -> None:
+        await run_stage(step, self.s.ops, self.s.config, self.s.store, self.lp.lane, self.s.progress)
 
     async def _env_files(self, step: WriteEnvFiles) -> None:
         texts = [

@@ -31,6 +31,7 @@ from reconciler.plan.steps import (
     Plan,
     PullImages,
     RemoveEnvFiles,
+    StageModel,
     StartRanks,
     Step,
     StopContainers,
@@ -41,6 +42,7 @@ from reconciler.plan.steps import (
 from reconciler.plan.swaps import Stopped, find_swaps, hold_failed_swaps, order_after
 from reconciler.plan.windows import hold_for, restarts_running
 from reconciler.policy import Verdict
+from reconciler.spec.fleet import DataPort
 from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState
 from reconciler.spec.windows import WindowsFile
@@ -161,7 +163,8 @@ def _plan_lane(
         why = "the ranks run this spec but its readiness was never observed: gating it again"
         return replace(with_specs, action="verify", reason=why, steps=steps, cause=Cause.UNVERIFIED)
     model = desired.models[lane.model]
-    for host in lane.hosts:
+    stage = stage_step(lane, desired)
+    for host in lane.hosts if stage is None else ():  # a model with an origin is staged where it is missing
         presence = observed.hosts[host].models.get(model.path)
         if presence is None or not presence.exists:
             why = f"model path {model.path} is missing on {host}; nothing was stopped"
@@ -188,6 +191,8 @@ def _plan_lane(
     cuda = tuple((h, info.cuda_version) for h in lane.hosts if (info := observed.hosts[h].info) and info.cuda_version)
     pulls = tuple((host, spec.image) for host, spec in specs)
     steps_list.append(PullImages(pulls, needs=launcher_needs(lane), host_cuda=cuda))
+    if stage is not None:
+        steps_list.append(stage)
     env_files = tuple(
         (host, spec.env_file, tuple((s.env, s.name) for s in lane.secrets))
         for host, spec in specs
@@ -218,6 +223,26 @@ def _plan_lane(
     if stale:
         steps_list.append(RemoveEnvFiles(stale))
     return replace(with_specs, action="deploy", reason=reason, steps=tuple(steps_list), cause=cause, drift=drift)
+
+
+def stage_step(lane: Lane, desired: DesiredState) -> StageModel | None:
+    """The staging of the lane's model before anything stops, when the model says where it comes from."""
+    model = desired.models[lane.model]
+    manifest = desired.manifests.get(model.name)
+    if model.origin is None or manifest is None:
+        return None
+    spark = model.origin.host is not None and model.origin.host in desired.hosts
+    origin = (model.origin.host, model.origin.path, spark)
+    involved = [*lane.hosts, *([model.origin.host] if spark and model.origin.host else [])]
+    data = tuple(
+        (h, port.address.split("/")[0]) for h in dict.fromkeys(involved) if (port := _first_port(desired, h))
+    )
+    return StageModel(model.name, model.path, tuple(dict.fromkeys(lane.hosts)), origin, manifest, data)
+
+
+def _first_port(desired: DesiredState, host: str) -> DataPort | None:
+    spec = desired.hosts.get(host)
+    return spec.data_plane[0] if spec is not None and spec.data_plane else None
 
 
 FAILED_BEFORE = "failed its readiness gate before"

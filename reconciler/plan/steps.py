@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Literal
 
 from reconciler.engines import ContainerSpec
+from reconciler.spec.manifest import Manifest
 
 LaneAction = Literal["deploy", "verify", "stop", "noop", "denied", "blocked", "fail", "suspended"]
 """`verify`: the desired ranks run but their readiness was never observed, so they are gated again;
@@ -114,6 +115,32 @@ class PullImages:
 
 
 @dataclass(frozen=True)
+class StageModel:
+    """Before anything stops: every rank host holds the model's manifest exactly, copied from its origin
+    where a file is missing or wrong (`reconciler.execute.staging`); a host that holds it only checks."""
+
+    model: str
+    path: str
+    """The model's folder on every rank host."""
+    hosts: tuple[str, ...]
+    origin: tuple[str | None, str | None, bool]
+    """(origin host or None for the control node, folder there or None for the model's path, host is a Spark)."""
+    manifest: Manifest
+    data_plane: tuple[tuple[str, str], ...] = ()
+    """(host, its first data-plane address without prefix) of the hosts that have one: Sparks feed each other there."""
+    kind: str = "stage"
+
+    def describe(self) -> str:
+        host, folder, _ = self.origin
+        source = f"{folder} on the control node" if host is None else f"{host}:{folder or self.path}"
+        size = self.manifest.total_bytes / (1 << 30)
+        return (
+            f"stage model {self.model} ({len(self.manifest.files)} files, {size:,.1f} GiB) into {self.path} on "
+            f"{', '.join(self.hosts)} from {source}, checked before anything stops"
+        )
+
+
+@dataclass(frozen=True)
 class WriteEnvFiles:
     """Secrets reach a host as a 0600 file over stdin; the plan holds only names."""
 
@@ -200,6 +227,7 @@ class WaitReady:
 Step = (
     AcquireLeases
     | PullImages
+    | StageModel
     | WriteEnvFiles
     | StopContainers
     | DropCaches

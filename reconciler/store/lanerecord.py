@@ -33,6 +33,7 @@ LANE_COLUMNS = (
     "healthy_gate",
     "retry_fingerprint",
     "held_until",
+    "staging",
 )
 
 ADDED_LANE_COLUMNS: dict[str, type] = {
@@ -43,10 +44,11 @@ ADDED_LANE_COLUMNS: dict[str, type] = {
     "healthy_gate": str,
     "retry_fingerprint": str,
     "held_until": float,
+    "staging": str,
 }
 """Columns added after the first release, with their types: an older journal gets them on open."""
 ADDED_APPLY_COLUMNS: dict[str, type] = {"cause": str, "drift": str}
-JSON_LANE_FIELDS = frozenset({"hosts", "healthy_specs", "timings", "evidence", "drift", "healthy_gate"})
+JSON_LANE_FIELDS = frozenset({"hosts", "healthy_specs", "timings", "evidence", "drift", "healthy_gate", "staging"})
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class LaneRecord:
     """The spec that `retry_at` and `transient_failures` are about."""
     held_until: float | None = None
     """A change held by a change window waits until then (epoch seconds); None when nothing is held."""
+    staging: dict[str, Any] | None = None
+    """A model being staged for the lane's next spec: {"model", "hosts": {host: {"done", "total", "rate_bps",
+    "eta_s"}}}; None when nothing is copied."""
 
 
 def record_from_row(row: dict[str, Any]) -> LaneRecord:
@@ -104,6 +109,7 @@ def record_from_row(row: dict[str, Any]) -> LaneRecord:
         healthy_gate=json.loads(row["healthy_gate"]) if row["healthy_gate"] else None,
         retry_fingerprint=row["retry_fingerprint"],
         held_until=row["held_until"],
+        staging=json.loads(row["staging"]) if row.get("staging") else None,
     )
 
 

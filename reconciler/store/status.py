@@ -64,6 +64,20 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
                 # Suspended is what the lane file says now; held is what the last cycle decided.
                 "suspended": bool(lane.suspended) if lane else False,
                 "held_until": instant_text(rec.held_until) if rec else None,
+                "staging": rec.staging if rec else None,
             }
         )
     return rows
+
+
+def staging_text(staging: dict[str, Any] | None) -> str | None:
+    """A model being staged, per host: how far, how fast, how long still; None when nothing is copied."""
+    if not staging:
+        return None
+    parts = []
+    for host, fig in sorted((staging.get("hosts") or {}).items()):
+        done, total = (fig.get("done") or 0) / (1 << 30), (fig.get("total") or 0) / (1 << 30)
+        eta = fig.get("eta_s")
+        left = f", {eta:.0f} s left" if isinstance(eta, int | float) else ""
+        parts.append(f"{host} {done:,.1f}/{total:,.1f} GiB at {(fig.get('rate_bps') or 0) / 1e6:,.0f} MB/s{left}")
+    return f"staging model {staging.get('model')}: " + ("; ".join(parts) or "checking the hosts")
