@@ -21,7 +21,7 @@ from reconciler.cli.byteprogress import human_seconds
 from reconciler.cli.modelfacts import choose_revision, weight_warning
 from reconciler.cli.modelhash import find_index, index_facts, left_out
 from reconciler.cli.schema import HF_SNAPSHOT
-from reconciler.errors import InputError, LanesError
+from reconciler.errors import InputError
 from reconciler.facts.modelcheck import TreeHash, hash_input, modelcheck_argv, parse_tree_hash
 from reconciler.facts.modelfolders import head_argv
 from reconciler.spec.fleet import FleetDefaults, Host
@@ -102,12 +102,9 @@ def facts_from_host(
         )
     print(f"hashing {host}:{root} on {host} (the host reports when it is done)...", file=sys.stderr, flush=True)
     started = time.monotonic()
-    try:
-        listing, index_text = asyncio.run(_hash_remote(target, root, workers, known_hosts, key))
-    except LanesError as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError(f"{host}: {exc}", field="--from") from None
+    # A host that does not answer or a command that fails is not bad input: its error (naming the host, the
+    # command and what it said) ends the command with exit 1.
+    listing, index_text = asyncio.run(_hash_remote(target, root, workers, known_hosts, key))
     seconds = time.monotonic() - started
     print(f"hashed on {host} in {human_seconds(seconds)}", file=sys.stderr, flush=True)
     if not listing.exists:

@@ -199,6 +199,10 @@ async def test_facts_from_a_host_without_the_folder_is_bad_input(fleet: SimFleet
     assert code == 2 and out["field"] == "--from" and "has no folder /srv/models/none" in out["error"]
     code, out, _ = await lanes_json(fleet, "model", "facts", "qwen", "--from", "nas9:/x")
     assert code == 2 and "neither an origin" in out["error"]
+    # A host that does not answer is not bad input: exit 1, naming it.
+    await fleet.env.fleet.stop_host("spark2")
+    code, out, _ = await lanes_json(fleet, "model", "facts", "qwen", "--from", f"spark2:{ROOT}")
+    assert code == 1 and "spark2" in out["error"] and "unreachable" in out["error"]
 
 
 def test_the_sim_refuses_a_model_check_it_was_not_built_for() -> None:
