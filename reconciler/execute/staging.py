@@ -54,7 +54,14 @@ from reconciler.execute.stagetypes import (
     space_needed,
 )
 from reconciler.execute.subproc import SubprocessTimeoutError, run_streaming
-from reconciler.facts.modelcheck import ModelCheck, check_input, modelcheck_argv, needed, parse_model_check
+from reconciler.facts.modelcheck import (
+    ModelCheck,
+    check_input,
+    follow_input,
+    modelcheck_argv,
+    needed,
+    parse_model_check,
+)
 from reconciler.plan.fanout import Transfer, plan_fanout
 from reconciler.transport.base import Transport
 
@@ -105,15 +112,22 @@ class _Stager:
 
     # ---- checks ----------------------------------------------------------------------------------
 
-    def _check_timeout(self) -> float:
-        return 60.0 + sum(self.sizes.values()) / MIN_RATE_BPS
+    def _check_timeout(self, nbytes: int) -> float:
+        return 60.0 + nbytes / MIN_RATE_BPS
 
-    async def check(self, host: StageHost) -> ModelCheck:
-        listed = [(f.path, f.size, f.sha256) for f in self.files.values()]
-        stdin = check_input(host.root, listed, workers=self.check_workers)
+    async def check(self, host: StageHost, paths: Sequence[str] | None = None, *, follow_s: float = 0.0
+                    ) -> ModelCheck:  # fmt: skip
+        """The model check of `paths` (default: every file) on `host`; with `follow_s`, one that hashes each file
+        as the copy running meanwhile renames it into place, for at most that long, then answers."""
+        listed = [(f.path, f.size, f.sha256) for f in self.files.values() if paths is None or f.path in paths]
+        if follow_s:
+            before = self.checks[host.name].files
+            stdin = follow_input(host.root, listed, before=before, workers=self.check_workers, deadline_s=follow_s)
+        else:
+            stdin = check_input(host.root, listed, workers=self.check_workers)
+        timeout = follow_s + self._check_timeout(sum(size for _, size, _ in listed))
         try:
-            result = await self.transport.run(host.target, modelcheck_argv(), input=stdin,
-                                              timeout=self._check_timeout())  # fmt: skip
+            result = await self.transport.run(host.target, modelcheck_argv(), input=stdin, timeout=timeout)
             return parse_model_check(result.stdout)
         except LanesError as exc:
             raise StagingError(f"{host.name}: model check of {self.model} under {host.root} failed: {exc}",
@@ -202,22 +216,42 @@ class _Stager:
             self.phases[phase] += max(r[i] for r in results if not isinstance(r, BaseException))
 
     async def receive(self, receiver: str, transfers: Sequence[Transfer]) -> tuple[float, float]:
-        """Run one receiver's transfers of a round at once, then check it again; (copy, check) seconds."""
+        """Run one receiver's transfers of a round at once, its files checked as they land; (copy, tail) seconds.
+
+        The check runs beside the copies ("follow"), hashing each file once rsync has renamed it into place,
+        so after the last byte only the last files are left to hash, not the whole model."""
         started = time.monotonic()
+        host = self.targets[receiver]
+        paths = sorted({f for t in transfers for f in t.files})
+        follow_s = max(self._transfer_timeout(t) for t in transfers) + 60.0
+        follower = asyncio.create_task(self.check(host, paths, follow_s=follow_s))
         state = Receiving(receiver, sum(t.bytes for t in transfers), self.lane, self.progress)
         outputs = [RsyncOutput(frozenset(t.files)) for t in transfers]
         state.outputs.extend(outputs)
-        results = await asyncio.gather(*(self.transfer(t, o, state) for t, o in zip(transfers, outputs, strict=True)),
-                                       return_exceptions=True)  # fmt: skip
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            _raise_first(errors)
+        try:
+            runs = [self.transfer(t, o, state) for t, o in zip(transfers, outputs, strict=True)]
+            results = await asyncio.gather(*runs, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                _raise_first(errors)
+        except BaseException:
+            await _cancelled(follower)
+            raise
         state.tick(final=True)
         self.copied.setdefault(receiver, []).extend(f for t in transfers for f in t.files)
         if self.progress is not None:
             self.progress(StageProgress(self.lane, receiver, state.total, state.total, 0.0, None, phase="verify"))
         copied = time.monotonic()
-        check = await self.check(self.targets[receiver])
+        try:
+            async with asyncio.timeout(self._check_timeout(state.total)):
+                landed = await asyncio.shield(follower)
+        except (TimeoutError, StagingError):
+            # A file the copy did not replace is never "landed": ask again, plainly.
+            await _cancelled(follower)
+            landed = await self.check(host, paths)
+        before = self.checks[receiver]  # the files it was not sent were verified by the first check
+        check = ModelCheck(landed.root, landed.exists, landed.free_bytes, {**before.files, **landed.files},
+                           landed.hashed, landed.errors)  # fmt: skip
         self.checks[receiver] = check
         wrong = needed(check)
         if wrong:
@@ -301,6 +335,12 @@ class _Stager:
         sent = out.bytes_sent if out.bytes_sent is not None else out.bytes_done
         self.sent_by[t.sender] = self.sent_by.get(t.sender, 0) + sent
         self.received_by[t.receiver] = self.received_by.get(t.receiver, 0) + sent
+
+
+async def _cancelled(task: asyncio.Task[ModelCheck]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, LanesError):
+        await task
 
 
 async def _stdout_of(argv: Sequence[str]) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "ModelCheck",
     "TreeHash",
     "check_input",
+    "follow_input",
     "hash_input",
     "modelcheck_argv",
     "needed",
@@ -43,6 +44,8 @@ class FileState:
     state: State
     size: int
     partial_bytes: int
+    ident: tuple[int, int] | None = None
+    """(inode, ctime_ns) of the file there, None when there is none: what a copy replacing it will change."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,27 @@ def check_input(root: str, files: Iterable[tuple[str, int, str]], *, workers: in
                        "partial_dir": partial_dir})  # fmt: skip
 
 
+def follow_input(
+    root: str,
+    files: Iterable[tuple[str, int, str]],
+    *,
+    deadline_s: float,
+    before: Mapping[str, FileState] | None = None,
+    workers: int = 4,
+    poll_s: float = 0.2,
+    partial_dir: str = PARTIAL_DIR,
+) -> str:
+    """Stdin of a check that hashes each file as a copy renames it into place, until all are or `deadline_s`.
+
+    `before`: each file as a check found it before the copy began (the file a copy replaces); a file not in
+    it is compared with what the script finds when it starts."""
+    known = before or {}
+    listed = [{"path": p, "size": s, "sha256": h, "not": list(known[p].ident or ()) if p in known else "now"}
+              for p, s, h in files]  # fmt: skip
+    return json.dumps({"mode": "follow", "root": root, "files": listed, "workers": workers,
+                       "partial_dir": partial_dir, "deadline_s": deadline_s, "poll_s": poll_s})  # fmt: skip
+
+
 def hash_input(root: str, *, workers: int = 4, partial_dir: str = PARTIAL_DIR) -> str:
     """Stdin of a listing of every file under `root` with its size and sha256."""
     return json.dumps({"mode": "hash", "root": root, "workers": workers, "partial_dir": partial_dir})
@@ -146,7 +170,11 @@ def parse_model_check(text: str) -> ModelCheck:
             raise ValueError(f"model check output: {path}: bad entry {entry!r}")
         size = _count(entry.get("size"), f"{path} size")
         partial = _count(entry.get("partial_bytes"), f"{path} partial_bytes")
-        states[path] = FileState(state=entry["state"], size=size, partial_bytes=partial)
+        ident = entry.get("id")
+        if ident is not None and not (isinstance(ident, list) and len(ident) == 2 and all(
+                isinstance(n, int) and not isinstance(n, bool) for n in ident)):  # fmt: skip
+            raise ValueError(f"model check output: {path}: bad id {ident!r}")
+        states[path] = FileState(entry["state"], size, partial, (ident[0], ident[1]) if ident else None)
     hashed = tuple(str(p) for p in data["hashed"])
     errors = tuple(str(e) for e in data["errors"])
     return ModelCheck(data["root"], data["exists"], data.get("free_bytes"), states, hashed, errors)

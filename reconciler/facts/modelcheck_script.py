@@ -12,7 +12,7 @@ Arguments are one JSON object, on stdin (a 72-file manifest with its
 checksums is too long for a comfortable argv) or as the argument after the
 marker:
 
-    {"mode": "check" (default) | "hash", "root": "/models/X", "workers": 4,
+    {"mode": "check" (default) | "follow" | "hash", "root": "/models/X", "workers": 4,
      "partial_dir": ".lanes-partial", "files": [{"path", "size", "sha256"}...] (check mode only)}
 
 check: every listed file is stat'ed and given a state:
@@ -22,6 +22,14 @@ check: every listed file is stat'ed and given a state:
     mismatch  the size is the manifest's (or larger) but the sha256 differs (a larger file is not hashed)
 Output: {"mode": "check", "root", "exists", "free_bytes", "files": {path: {"state", "size", "partial_bytes"}},
          "hashed": [paths hashed this run], "errors": [...]}
+
+follow: a check of files being copied, hashing each as soon as rsync renames it into place (whole, with the
+manifest's size, and another file than the one there before: a file's "not" [inode, ctime_ns] as a check
+gave it under "id", null for none, or the one there when the script starts), while the others still copy; then the
+answer of a check (same output, mode "check"), the hashes reused. It prints a newline every second while it
+waits (the control node ignores them; once it is gone the write fails and the script stops), and waits at
+most `deadline_s` (args "deadline_s", "poll_s"). rsync sets a file's times and mode before renaming it into
+place (receiver.c finish_transfer, rsync 3.x), so the hash and the stamp hold for the file that stays.
 
 hash: every regular file under root (a symlink counts as the file it points to; symlinked folders are not
 entered) except rsync's partial folders and the stamp file, with its size and sha256.
@@ -38,8 +46,9 @@ stat'ed around its last hashing; a file whose stat tuple still matches is not ha
 ctime moves on every write to the file and on every chmod or utime, and a process cannot set it back (only
 the clock can), so a flipped byte is noticed even when its writer restored mtime; a file replaced by
 another (rename over it) has another inode. A file whose stat changes while it is hashed gets no stamp.
-The stamp is written as a temporary file renamed into place; where root is not writable the cache is
-skipped (every file is hashed) and the error said.
+The stamp is written as a temporary file renamed into place, under an flock of root itself, merged with
+what another check wrote meanwhile (a check keeps the entries of files it was not asked about); where root
+is not writable the cache is skipped (every file is hashed) and the error said.
 
 `free_bytes` is statvfs f_bavail * f_frsize (what an unprivileged writer may still use) of root, or of its
 nearest existing ancestor when root does not exist yet (where the files will land).
@@ -55,7 +64,7 @@ STAMP_NAME = ".lanes-verified.json"
 PARTIAL_DIR = ".lanes-partial"
 
 MODELCHECK_SCRIPT = r"""
-import concurrent.futures, hashlib, json, os, stat, sys, threading
+import concurrent.futures, fcntl, hashlib, json, os, stat, sys, threading, time
 
 STAMP = "@STAMP@"
 CHUNK = 4 << 20
@@ -114,12 +123,19 @@ def load_stamp(root, errors):
     return {k: v for k, v in data.items() if isinstance(v, list) and len(v) == 5}
 
 
-def save_stamp(root, stamp, errors):
+def save_stamp(root, fresh, looked, whole, errors):
+    # Under an flock of the folder itself (no extra file in it): two checks at once merge, neither loses the
+    # other's entries. `whole`: this run saw every file (hash mode), so entries it did not see are stale.
     path = os.path.join(root, STAMP)
     tmp = "%s.%d.tmp" % (path, os.getpid())
+    lock = None
     try:
+        lock = os.open(root, os.O_RDONLY)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = {} if whole else {k: v for k, v in load_stamp(root, []).items() if k not in looked}
+        merged.update(fresh)
         with open(tmp, "w") as f:
-            json.dump(stamp, f, sort_keys=True)
+            json.dump(merged, f, sort_keys=True)
         os.replace(tmp, path)
     except OSError as e:
         errors.append("stamp %s: not written (%s): the next check hashes again" % (STAMP, e))
@@ -127,6 +143,9 @@ def save_stamp(root, stamp, errors):
             os.unlink(tmp)
         except OSError:
             pass
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
 class Hasher(object):
@@ -135,18 +154,26 @@ class Hasher(object):
         self.root, self.errors = root, errors
         self.stamp = load_stamp(root, errors)
         self.fresh = {}
+        self.looked = set()
+        self.running = {}
         self.hashed = []
         self.lock = threading.Lock()
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers))
 
     def submit(self, path, st):
+        self.looked.add(path)
+        key = statkey(st)
         entry = self.stamp.get(path)
-        if entry is not None and entry[:4] == statkey(st):
+        if entry is not None and entry[:4] == key:
             done = concurrent.futures.Future()
             done.set_result(entry[4])
             self.fresh[path] = entry
             return done
-        return self.pool.submit(self._hash, path)
+        if path in self.running and self.running[path][0] == key:
+            return self.running[path][1]  # already hashed (or hashing) this run, unchanged since
+        future = self.pool.submit(self._hash, path)
+        self.running[path] = (key, future)
+        return future
 
     def _hash(self, path):
         try:
@@ -161,10 +188,10 @@ class Hasher(object):
                 self.fresh[path] = key + [digest]
         return digest
 
-    def finish(self):
+    def finish(self, whole=False):
         self.pool.shutdown(wait=True)
-        if os.path.isdir(self.root) and self.fresh != self.stamp:
-            save_stamp(self.root, self.fresh, self.errors)
+        if os.path.isdir(self.root) and any(self.stamp.get(k) != v for k, v in self.fresh.items()):
+            save_stamp(self.root, self.fresh, self.looked, whole, self.errors)
         return sorted(self.hashed)
 
 
@@ -177,9 +204,11 @@ def regular(full):
     return st if stat.S_ISREG(st.st_mode) else False
 
 
-def check(root, files, workers, partial_dir, out):
+def check(root, files, workers, partial_dir, out, hasher=None):
     errors = out["errors"]
-    hasher = Hasher(root, workers, errors) if out["exists"] else None
+    out["exists"] = os.path.isdir(root)
+    if hasher is None and out["exists"]:
+        hasher = Hasher(root, workers, errors)
     pending = {}
     for item in files:
         path, size = item["path"], int(item["size"])
@@ -203,7 +232,8 @@ def check(root, files, workers, partial_dir, out):
             state = "partial" if partial > 0 else "missing"
             out["files"][path] = {"state": state, "size": 0, "partial_bytes": partial}
             continue
-        out["files"][path] = {"state": None, "size": st.st_size, "partial_bytes": partial}
+        out["files"][path] = {"state": None, "size": st.st_size, "partial_bytes": partial,
+                              "id": [st.st_ino, st.st_ctime_ns]}
         if st.st_size < size:
             out["files"][path]["state"] = "partial"
         elif st.st_size > size:
@@ -255,7 +285,55 @@ def hash_all(root, workers, partial_dir, out):
         digest = future.result()
         if digest is not None:
             out["files"].append({"path": path, "size": size, "sha256": digest})
-    out["hashed"] = hasher.finish()
+    out["hashed"] = hasher.finish(whole=True)
+
+
+def identity(full):
+    try:
+        st = os.stat(full)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_ctime_ns)
+
+
+def follow(root, files, workers, partial_dir, poll_s, deadline_s, out):
+    # Hash each file as soon as it has its final name, its full size, and is not the file that was there when
+    # we started (another inode or ctime): rsync writes elsewhere and renames into place, so a file under its
+    # final name is whole. The copies and the hashing overlap; then a check as above, reusing those hashes.
+    # A newline every poll tells the control node we are alive; when it has gone the write fails and we stop.
+    hasher = Hasher(root, workers, out["errors"])
+    # The file each path held before the copy began: given by the caller from its first check (the copy may
+    # already have renamed a small file into place by the time this starts), else as found now.
+    before = {}
+    for item in files:
+        old = item.get("not", "now")
+        before[item["path"]] = identity(os.path.join(root, item["path"])) if old == "now" else (
+            tuple(old) if old else None)
+    waiting = {item["path"]: int(item["size"]) for item in files}
+    deadline = time.time() + deadline_s
+    beat = 0.0
+    while waiting and time.time() < deadline:
+        for path, size in list(waiting.items()):
+            full = os.path.join(root, path)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_size == size and identity(full) != before[path]:
+                hasher.submit(path, st)
+                del waiting[path]
+        if time.time() - beat >= 1.0:
+            beat = time.time()
+            try:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+            except OSError:
+                os._exit(3)
+        if waiting:
+            time.sleep(poll_s)
+    if not os.path.isdir(root):
+        hasher = None  # nothing arrived (nothing was hashed): a plain check says so
+    check(root, files, workers, partial_dir, out, hasher)
 
 
 def main():
@@ -267,8 +345,10 @@ def main():
         workers = int(args.get("workers", 4))
         partial_dir = args.get("partial_dir", "@PARTIAL@")
         files = args.get("files", [])
-        if mode not in ("check", "hash") or not isinstance(files, list):
-            raise ValueError("mode must be check or hash, files a list")
+        poll_s = float(args.get("poll_s", 0.2))
+        deadline_s = float(args.get("deadline_s", 3600))
+        if mode not in ("check", "hash", "follow") or not isinstance(files, list):
+            raise ValueError("mode must be check, hash or follow, files a list")
     except (ValueError, KeyError, TypeError) as e:
         sys.stderr.write("lanes-modelcheck: bad arguments: %s\n" % e)
         sys.exit(2)
@@ -277,6 +357,9 @@ def main():
            "files": {}, "hashed": [], "errors": errors}
     if mode == "check":
         check(root, files, workers, partial_dir, out)
+    elif mode == "follow":
+        out["mode"] = "check"  # the same answer as a check, given later
+        follow(root, files, workers, partial_dir, poll_s, deadline_s, out)
     else:
         hash_all(root, workers, partial_dir, out)
     sys.stdout.write(json.dumps(out, sort_keys=True) + "\n")

@@ -10,12 +10,16 @@ import hashlib
 import json
 import os
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from reconciler.facts.modelcheck import (
+    ModelCheck,
     check_input,
+    follow_input,
     hash_input,
     modelcheck_argv,
     needed,
@@ -118,7 +122,10 @@ def test_missing_short_partial_dir_larger_and_flipped_files(tmp_path: Path) -> N
     assert parsed.hashed == ("sub/tokenizer.json",), "only a file of the manifest's size is hashed"
     tok.write_bytes(FILES["sub/tokenizer.json"] + b"\n")  # larger: mismatch without reading it
     parsed = parse_model_check(run(check_input(str(root), MANIFEST)))
-    assert parsed.files["sub/tokenizer.json"] == parsed.files["sub/tokenizer.json"].__class__("mismatch", 10_001, 0)
+    got = parsed.files["sub/tokenizer.json"]
+    assert (got.state, got.size, got.partial_bytes) == ("mismatch", 10_001, 0)
+    st = tok.stat()
+    assert got.ident == (st.st_ino, st.st_ctime_ns)
     assert parsed.hashed == ()
 
 
@@ -238,3 +245,136 @@ def test_bad_arguments_exit_2() -> None:
 def test_malformed_output_is_refused_with_what_is_wrong(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         parse_model_check(text)
+
+
+def test_a_check_of_some_files_keeps_the_stamps_of_the_others(tmp_path: Path) -> None:
+    root = tmp_path / "X"
+    write_all(root)
+    check(root)
+    one = [m for m in MANIFEST if m[0] == "config.json"]
+    (root / "config.json").write_bytes(FILES["config.json"])  # rewritten: its stamp no longer holds
+
+    partial_run = json.loads(run(check_input(str(root), one)))
+
+    assert partial_run["hashed"] == ["config.json"]
+    assert check(root)["hashed"] == [], "the other files' stamps survived the check of one file"
+
+
+def rename_in(root: Path, path: str, data: bytes) -> None:
+    """As rsync does: write elsewhere, then rename into place."""
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = root / ".tmp-incoming"
+    tmp.write_bytes(data)
+    tmp.replace(root / path)
+
+
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left() -> Iterator[None]:
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def follow(root: Path, deadline_s: float = 20.0, files: list[tuple[str, int, str]] = MANIFEST,
+           before: ModelCheck | None = None) -> subprocess.Popen[str]:  # fmt: skip
+    proc = subprocess.Popen(modelcheck_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    STARTED.append(proc)
+    assert proc.stdin is not None
+    known = before.files if before is not None else None
+    proc.stdin.write(follow_input(str(root), files, deadline_s=deadline_s, poll_s=0.05, before=known))
+    proc.stdin.close()
+    return proc
+
+
+def answer(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    out = proc.stdout.read()  # to its end: the script's own deadline bounds the wait
+    proc.wait(timeout=10)
+    return out
+
+
+def test_follow_hashes_files_as_they_are_renamed_into_place_and_answers_as_a_check(tmp_path: Path) -> None:
+    root = tmp_path / "X"  # not even there yet: rsync --mkpath makes it
+    proc = follow(root, before=parse_model_check(run(check_input(str(root), MANIFEST))))
+    time.sleep(0.3)
+    assert proc.poll() is None, "it waits for the files"
+    for path, data in sorted(FILES.items()):
+        rename_in(root, path, data)
+        time.sleep(0.1)
+    started = time.monotonic()
+    out = answer(proc)
+    waited = time.monotonic() - started
+
+    assert proc.returncode == 0 and waited < 3, waited
+    assert out.startswith("\n"), "a newline while it waited"
+    parsed = parse_model_check(out)
+    assert parsed.complete and sorted(parsed.hashed) == sorted(FILES)
+    assert check(root)["hashed"] == [], "its stamps hold for the next check"
+
+
+def test_follow_waits_for_a_wrong_file_to_be_replaced_not_for_its_size(tmp_path: Path) -> None:
+    root = tmp_path / "X"
+    write_all(root)
+    shard = "model-00001-of-00002.safetensors"
+    (root / shard).write_bytes(b"\0" * len(FILES[shard]))  # right size, wrong bytes: what a copy will replace
+    first = parse_model_check(run(check_input(str(root), MANIFEST)))
+    proc = follow(root, files=[m for m in MANIFEST if m[0] == shard], before=first)  # the file being copied
+    time.sleep(0.5)
+    assert proc.poll() is None, "the file there at the start is not taken for the copy"
+
+    rename_in(root, shard, FILES[shard])
+    started = time.monotonic()
+    out = answer(proc)
+
+    assert time.monotonic() - started < 3, "done once the new file is in place, not at the deadline"
+    parsed = parse_model_check(out)
+    assert parsed.complete, parsed
+    assert parsed.hashed == (shard,)
+
+
+def test_follow_gives_up_at_its_deadline_and_says_what_never_came(tmp_path: Path) -> None:
+    root = tmp_path / "X"
+    write_all(root)
+    (root / "config.json").unlink()
+    proc = follow(root, deadline_s=1.0)
+    out = answer(proc)
+    parsed = parse_model_check(out)
+    assert parsed.files["config.json"].state == "missing"
+    assert needed(parsed) == ["config.json"]
+
+
+def test_follow_stops_when_its_reader_is_gone(tmp_path: Path) -> None:
+    proc = follow(tmp_path / "never")
+    time.sleep(0.2)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    assert proc.wait(timeout=10) == 3
+
+
+def test_follow_takes_a_file_that_landed_before_it_started_given_the_first_checks_identities(tmp_path: Path) -> None:
+    # The copy of a small file can be over before the follower starts: the first check (made before the copy)
+    # says which file was there, so the one found at start counts as the copy.
+    root = tmp_path / "X"
+    write_all(root)
+    shard = "model-00002-of-00002.safetensors"
+    (root / shard).write_bytes(b"\0" * len(FILES[shard]))
+    first = parse_model_check(run(check_input(str(root), MANIFEST)))
+    assert first.files[shard].state == "mismatch" and first.files[shard].ident is not None
+    rename_in(root, shard, FILES[shard])  # the copy, done already
+
+    started = time.monotonic()
+    parsed = parse_model_check(answer(follow(root, files=[m for m in MANIFEST if m[0] == shard], before=first)))
+
+    assert time.monotonic() - started < 3 and parsed.complete
+    # without the first check's word, the file found at start is taken for the old one: it waits to its deadline
+    started = time.monotonic()
+    answer(follow(root, deadline_s=1.5, files=[m for m in MANIFEST if m[0] == shard]))
+    assert time.monotonic() - started >= 1.5
