@@ -122,10 +122,10 @@ def test_missing_short_partial_dir_larger_and_flipped_files(tmp_path: Path) -> N
     assert parsed.hashed == ("sub/tokenizer.json",), "only a file of the manifest's size is hashed"
     tok.write_bytes(FILES["sub/tokenizer.json"] + b"\n")  # larger: mismatch without reading it
     parsed = parse_model_check(run(check_input(str(root), MANIFEST)))
-    got = parsed.files["sub/tokenizer.json"]
-    assert (got.state, got.size, got.partial_bytes) == ("mismatch", 10_001, 0)
+    larger = parsed.files["sub/tokenizer.json"]
+    assert (larger.state, larger.size, larger.partial_bytes) == ("mismatch", 10_001, 0)
     st = tok.stat()
-    assert got.ident == (st.st_ino, st.st_ctime_ns)
+    assert larger.ident == (st.st_ino, st.st_ctime_ns)
     assert parsed.hashed == ()
 
 
