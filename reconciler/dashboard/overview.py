@@ -8,7 +8,7 @@ from typing import Any
 from reconciler.dashboard.page import e, lane_href, page, section, short, table
 from reconciler.dashboard.snapshot import Snapshot
 from reconciler.facts.observed import ObservedHost
-from reconciler.store.status import drift_text, instant_text
+from reconciler.store.status import drift_text, instant_text, staging_text
 
 GIB = float(1 << 30)
 
@@ -31,10 +31,13 @@ def render_overview(snap: Snapshot) -> str:
 
 
 def waits_for(row: Mapping[str, Any], snap: Snapshot) -> list[str]:
-    """What keeps a lane from converging now, each as markup: suspended, held, blocked, backoff."""
+    """What keeps a lane from converging now, each as markup: suspended, held, staging, blocked, backoff."""
     out = []
     if row.get("suspended"):
         out.append('<span class="suspended">suspended</span>: the daemon leaves what runs alone')
+    staging = staging_text(row.get("staging"))
+    if staging:
+        out.append(f'<span class="held">{e(staging)}</span> (before its old ranks stop)')
     if row.get("held_until"):
         out.append(
             f'<span class="held">held until {e(row["held_until"])}</span> by a change window '

@@ -89,11 +89,13 @@ def test_what_a_lane_waits_for() -> None:
         "suspended": True,
         "held_until": "2026-12-01T22:00:00Z",
         "last_error": "<b>boom</b>",
+        "staging": {"model": "m", "hosts": {"dgx1": {"done": 1 << 30, "total": 2 << 30, "rate_bps": 4e8, "eta_s": 3}}},
     }
     snap = Snapshot("idle", "me", None, [row], blocked={"x": "host dgx1 leased by lanes@other"}, retry_at={"x": 0.0})
     cells = parse(lanes_panel(snap)).rows()[0]
     assert cells[5] == (
         "suspended: the daemon leaves what runs alone "
+        "staging model m: dgx1 1.0/2.0 GiB at 400 MB/s, 3 s left (before its old ranks stop) "
         "held until 2026-12-01T22:00:00Z by a change window (lanes apply --now applies it at once) "
         "blocked: host dgx1 leased by lanes@other "
         "retry after 1970-01-01T00:00:00Z (backoff)"
