@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -52,10 +53,23 @@ class YamlDoc:
         return line_of(self._rt, loc)
 
 
+_LOADERS = threading.local()
+"""One safe loader per thread, reused: making a `YAML()` globs ruamel's plug-in folder each time, which was a
+third of loading 1,000 lane files (bench/check_scale.py); a loader is reusable but not shared across threads."""
+
+
+def _safe_loader() -> YAML:
+    loader: YAML | None = getattr(_LOADERS, "safe", None)
+    if loader is None:
+        loader = YAML(typ="safe", pure=False)
+        _LOADERS.safe = loader
+    return loader
+
+
 def _load(text: str, *, typ: str) -> Any:
     if typ == "safe":
         try:
-            return YAML(typ="safe", pure=False).load(io.StringIO(text))
+            return _safe_loader().load(io.StringIO(text))
         except AttributeError:  # no C extension: the pure safe loader
             return YAML(typ="safe", pure=True).load(io.StringIO(text))
     return YAML(typ="rt").load(io.StringIO(text))
