@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from reconciler.cli.modelhosts import kept_on, model_hosts, model_parents, summarize
+from reconciler.cli.modelremote import target_in_tree
 from reconciler.cli.models import status_pairs
 from reconciler.errors import InputError
 from reconciler.facts.modelcheck import FileState, ModelCheck
 from reconciler.spec.load import DesiredState
 from reconciler.spec.manifest import Manifest, ManifestFile
 from reconciler.spec.origin import Origin
+from reconciler.transport.base import HostTarget
 from tests.policy.builders import host, lane, model, state
 
 pytestmark = pytest.mark.timeout(10)
@@ -89,3 +92,15 @@ def test_status_checks_models_with_a_manifest_on_their_hosts() -> None:
     )
     with pytest.raises(InputError, match="no lane's hosts"):
         status_pairs(lonely, "o", [])
+
+
+def test_facts_reaches_an_origin_or_a_host_as_the_work_tree_declares_it(tmp_path: Path) -> None:
+    (tmp_path / "state/hosts").mkdir(parents=True)
+    (tmp_path / "state/fleet.yaml").write_text(
+        "ssh_user: root\nssh_port: 2222\norigins:\n  - name: nas1\n    address: 192.0.2.50\n    ssh: {user: lanes}\n"
+    )
+    (tmp_path / "state/hosts/dgx1.yaml").write_text("address: 192.0.2.11\nssh: {port: 22}\n")
+    assert target_in_tree(tmp_path, "state", "nas1") == HostTarget("nas1", "192.0.2.50", 2222, "lanes")
+    assert target_in_tree(tmp_path, "state", "dgx1") == HostTarget("dgx1", "192.0.2.11", 22, "root")
+    with pytest.raises(InputError, match="neither an origin"):
+        target_in_tree(tmp_path, "state", "dgx9")
