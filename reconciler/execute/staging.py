@@ -13,8 +13,10 @@
 4. Copy, round by round: rsync on the control node for a folder there (`StageOrigin.local`), or rsync on the
    sending host reached with `ssh -A` through a private agent (`reconciler/execute/sshagent.py`) for an
    origin host or a Spark (`reconciler/execute/stagecmd.py`). Progress (bytes, rate, time left) per receiver.
-5. Check again: a receiver that got files is checked again before it feeds anyone; a file still wrong
-   fails the staging naming the host, the file and the sender.
+5. Check again, as the files land: beside each receiver's copies a "follow" model check hashes every file
+   once rsync has renamed it into place, so after the last byte only the last files are left to hash; a
+   receiver is whole (and may feed others) only once that check says so, and a file still wrong fails the
+   staging naming the host, the file and the sender.
 
 A failure raises `StagingError` (a `StepFailedError` of step "stage", never touched: nothing was stopped),
 transient when a retry may get through (a host that did not answer, a cut link, rsync's timeout), naming
