@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,13 +28,12 @@ from typing import Any
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from reconciler.daemon.conditions import STORE_RETRY_S, Backoff, Retries, SourceHealth, health, store_status
+from reconciler.daemon.conditions import STORE_RETRY_S, Backoff, Retries, SourceHealth, store_status
 from reconciler.daemon.config import DaemonConfig, load_config
-from reconciler.daemon.dashroute import serve_page
 from reconciler.daemon.decider import CommitDecider
 from reconciler.daemon.experimentjob import ExperimentJob
-from reconciler.daemon.hookroute import DeliveryWindow, receive_push
-from reconciler.daemon.http import HttpServer, Limits, Request, Response
+from reconciler.daemon.hookroute import DeliveryWindow
+from reconciler.daemon.httpface import http_server
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.retentionjob import prune_journal
@@ -303,7 +302,7 @@ class Daemon:
         scheduler.start()
         # Sends from its own queues, never part of a cycle; every outcome is counted in /metrics.
         notifications.start(self.config.notifications, tally=self.metrics.record_notification)
-        http = self._http()
+        http = http_server(self)
         if http is not None:
             await http.start()
         await self.fetch()  # creates the mirror, which the watch needs to exist
@@ -402,27 +401,6 @@ class Daemon:
 
     # -- http ------------------------------------------------------------------
 
-    def _http(self) -> HttpServer | None:
-        if not self.config.http.enabled:
-            return None
-        return HttpServer(
-            self.config.http.listen,
-            health=self._health,
-            status=self.status,
-            metrics=self._metrics,
-            webhook=self._webhook,
-            pages=self._page if self.config.http.dashboard else None,
-            limits=Limits(
-                max_connections=self.config.http.max_connections,
-                head_timeout_s=self.config.http.head_timeout_s,
-                body_timeout_s=self.config.http.body_timeout_s,
-                max_body=self.config.http.max_body_bytes,
-            ),
-        )
-
-    def _health(self) -> tuple[bool, str]:
-        return health(self.phase, self.store, self.source, self.decider.blocked)
-
     def status(self) -> dict[str, Any]:
         desired = self.decider.last_desired
         rows = status_rows(self.store, desired)
@@ -443,22 +421,6 @@ class Daemon:
                 for t in experiments(self.store, limit=10)
             ],
         }
-
-    async def _page(self, request: Request) -> Response:
-        return await serve_page(self, request)
-
-    def _metrics(self) -> tuple[bytes, str]:
-        self.status()
-        self.metrics.set_notifications_queued(notifications.queued())
-        return self.metrics.render()
-
-    async def _webhook(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
-        status, text, fetch = receive_push(
-            self.config.http.webhook_secret_file, self.config.repo.branch, headers, body, self.deliveries
-        )
-        if fetch:
-            self.trigger.kick("webhook")
-        return status, text
 
 
 async def run_daemon(config_path: Path) -> int:
