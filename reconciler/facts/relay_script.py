@@ -13,7 +13,8 @@ when there is no rsync). The folder is removed whatever happens.
 
 The rest of stdin is watched: it ends when the control node's ssh goes away (staging cancelled, the
 control node's link cut, the daemon stopped), and then rsync is stopped (SIGTERM to its process group,
-SIGKILL 5 s later) instead of running on with nobody reading it. rsync keeps what it had in its partial
+SIGKILL 5 s later) instead of running on with nobody reading it; so it is when the script itself gets
+SIGTERM, SIGHUP or SIGINT. rsync keeps what it had in its partial
 folder when terminated by a signal, so the next run resumes from there.
 """
 
@@ -82,6 +83,13 @@ def main():
                 sys.stderr.write("lanes-stage-relay: the control node went away: stopping rsync\n")
                 stop(proc)
 
+        def on_signal(signum, frame):
+            stop(proc)
+            shutil.rmtree(folder, ignore_errors=True)
+            os._exit(128 + signum)
+
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, on_signal)
         threading.Thread(target=watch, daemon=True).start()
         code = proc.wait()
         return code if code >= 0 else 128 - code  # killed by a signal: the shell convention

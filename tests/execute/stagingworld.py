@@ -22,6 +22,7 @@ from typing import Any
 
 from reconciler.execute.stagecmd import StageHost
 from reconciler.facts.modelcheck import modelcheck_argv
+from reconciler.facts.relay_script import RELAY_MARKER
 from reconciler.transport.base import CommandResult, HostTarget
 from reconciler.transport.local import LocalTransport
 
@@ -158,3 +159,21 @@ def gone(path: str | Path) -> bool:
         return True
     status = p / "status"
     return status.exists() and "zombie" in status.read_text().lower()
+
+
+def relay_processes(log: Path) -> list[str]:
+    """Command lines of this world's relay scripts or rsyncs still running (told apart from any other test's by
+    the stand-in ssh's log in their environment)."""
+    mine = f"FAKE_SSH_LOG={log}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (RELAY_MARKER in cmd or cmd.startswith("rsync ")) and mine in env and not gone(entry):
+            found.append(cmd[:200])
+    return found

@@ -14,7 +14,16 @@ import pytest
 
 from reconciler.execute.staging import CONTROL_NODE, StageOrigin, StageProgress, StageReport, StagingError, stage
 from reconciler.transport.local import LocalTransport
-from tests.execute.stagingworld import SmallDisk, Staging, gone, manifest_of, rsync_missing, tree_digest, write_tree
+from tests.execute.stagingworld import (
+    SmallDisk,
+    Staging,
+    gone,
+    manifest_of,
+    relay_processes,
+    rsync_missing,
+    tree_digest,
+    write_tree,
+)
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.skipif(rsync_missing(), reason="rsync is not installed")]
 
@@ -224,9 +233,11 @@ async def test_cancelling_kills_the_copy_and_its_children(world: Staging, monkey
 
     pids = [int(str(c["pid"])) for c in world.calls()]
     assert pids
-    await asyncio.sleep(0.2)
-    for pid in pids:
-        assert gone(f"/proc/{pid}"), pid
+    for _ in range(100):
+        if all(gone(f"/proc/{pid}") for pid in pids):
+            break
+        await asyncio.sleep(0.1)
+    assert [pid for pid in pids if not gone(f"/proc/{pid}")] == []
 
 
 async def test_an_origin_of_links_to_blobs_sends_the_files(world: Staging) -> None:
@@ -243,3 +254,33 @@ async def test_an_origin_of_links_to_blobs_sends_the_files(world: Staging) -> No
 
     assert tree_digest(world.root("a"), list(WANT)) == WANT
     assert not any((world.root("a") / p).is_symlink() for p in WANT)
+
+
+async def test_cancelling_a_host_to_host_copy_stops_the_senders_rsync_too(
+    world: Staging, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = world.host("h", 1)
+    write_tree(Path(holder.root), FILES)
+    world.host("a", 2)
+    monkeypatch.setenv("FAKE_SSH_HANG", "rsync --server")  # the receiving end never answers
+
+    task = asyncio.create_task(run_stage(world, ["a"], StageOrigin.from_spark(holder)))
+    for _ in range(200):  # the relay's rsync has started its ssh to the receiver
+        if any(c["host"] == "10.98.0.2" for c in world.calls()):
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    calls = world.calls()
+    assert any(c["host"] == "10.98.0.2" for c in calls) and any("-A" in c["argv"] for c in calls)
+    # the outer ssh (and the relay it ran), and the sender's rsync's ssh to the receiver: gone within the
+    # grace periods (the relay's SIGTERM to rsync's group, ours to the outer ssh's), even on a loaded machine
+    for _ in range(100):
+        left = [c for c in calls if not gone(f"/proc/{c['pid']}")]
+        if not left and not relay_processes(world.log):
+            break
+        await asyncio.sleep(0.1)
+    assert not left, [c["argv"][:3] for c in left]
+    assert not relay_processes(world.log), "no relay or rsync left behind"
