@@ -67,6 +67,43 @@ def evidence_message(ev: dict[str, Any], commit: str) -> str:
     )
 
 
+async def measure_and_commit(
+    config: DaemonConfig,
+    mirror: Mirror,
+    desired: DesiredState,
+    lane: str,
+    *,
+    url: str,
+    baseline: dict[str, Any] | None,
+    commit: str,
+    branch: str,
+    parents: set[str] | None,
+    local_worktree: Path | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Benchmark `lane` at `url` against `baseline`, commit the evidence and its chart on `branch` for `commit`:
+    (the evidence, the evidence commit). With signed commits on, signed with the evidence key and built only on
+    `parents` when given (the watched branch, a trial branch); None builds on the branch's head."""
+    ev = await benchmark_lane(desired, lane, url=url, baseline=baseline)
+    path = evidence.evidence_path(ev)
+    files = {
+        path: evidence.dumps(ev).encode(),
+        path.removesuffix(".json") + ".svg": chart.render_svg(ev, baseline).encode(),
+    }
+    # Signed in either mode: with gpg, `repo.evidence_signers` declares this SSH key for evidence alone.
+    signing = bool(config.repo.require_signed_commits)
+    sha = await asyncio.to_thread(
+        commit_evidence,
+        mirror,
+        files,
+        evidence_message(ev, commit),
+        branch=branch,
+        local_worktree=local_worktree,
+        signing_key=config.evidence_key() if signing else None,
+        parents=parents if signing else None,
+    )
+    return ev, sha
+
+
 async def benchmark_changed(
     config: DaemonConfig, desired: DesiredState, result: CycleResult, mirror: Mirror, store: Store
 ) -> list[str]:
@@ -75,8 +112,6 @@ async def benchmark_changed(
         return []
     targets = targets_for(desired, config.overrides())
     local = Path(config.repo.url) if config.repo.is_local and (Path(config.repo.url) / ".git").exists() else None
-    # Signed in either mode: with gpg, `repo.evidence_signers` declares this SSH key for evidence alone.
-    signing = bool(config.repo.require_signed_commits)
     made: list[str] = []
     for r in result.results:
         lane = desired.lanes.get(r.lane)
@@ -85,22 +120,10 @@ async def benchmark_changed(
         url = f"http://{targets[lane.hosts[0]].address}:{lane.port}"
         try:
             baseline = baseline_evidence(mirror, lane.name, at=desired.commit)
-            ev = await benchmark_lane(desired, lane.name, url=url, baseline=baseline)
-            path = evidence.evidence_path(ev)
-            files = {
-                path: evidence.dumps(ev).encode(),
-                path.removesuffix(".json") + ".svg": chart.render_svg(ev, baseline).encode(),
-            }
-            sha = await asyncio.to_thread(
-                commit_evidence,
-                mirror,
-                files,
-                evidence_message(ev, desired.commit),
-                branch=config.repo.branch,
-                local_worktree=local,
-                signing_key=config.evidence_key() if signing else None,
-                parents={desired.commit, *made} if signing else None,
-            )
+            ev, sha = await measure_and_commit(
+                config, mirror, desired, lane.name, url=url, baseline=baseline, commit=desired.commit,
+                branch=config.repo.branch, parents={desired.commit, *made}, local_worktree=local,
+            )  # fmt: skip
         except (LanesError, OSError) as exc:
             log.warning("evidence.failed", lane=lane.name, error=str(exc))
             continue
@@ -110,7 +133,7 @@ async def benchmark_changed(
             lane.name,
             evidence={
                 **evidence.headline(ev),
-                "file": path,
+                "file": evidence.evidence_path(ev),
                 "evidence_commit": sha,
                 "for": desired.commit,
                 "regression": bool(ev.get("regression")),

@@ -16,20 +16,18 @@ never reaches the trial hosts.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from typing import Any
 
 import pygit2
 import structlog
 
-from reconciler.bench import benchmark_lane, chart, evidence
+from reconciler.bench import evidence
 from reconciler.daemon.config import DaemonConfig
-from reconciler.daemon.evidencejob import baseline_evidence, evidence_message
+from reconciler.daemon.evidencejob import baseline_evidence, measure_and_commit
 from reconciler.daemon.gate import Gate, UnverifiedCommitError
 from reconciler.errors import InputError, LanesError
 from reconciler.execute.cycle import CycleRunner, targets_for
-from reconciler.source.evidence import commit_evidence
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.source.mirror import Mirror
 from reconciler.spec.lane import Lane
@@ -134,7 +132,6 @@ async def run_trial(
     name = candidate.name
     desired: DesiredState = dataclasses.replace(loaded.desired, lanes={**loaded.desired.lanes, name: candidate})
     only = frozenset({name})
-    signing = bool(config.repo.require_signed_commits)
     try:
         result = await runner.run_cycle(LoadedCommit(loaded.commit, desired, loaded.policies), only_lanes=only)
         outcome = next((r for r in result.results if r.lane == name), None)
@@ -146,21 +143,10 @@ async def run_trial(
             )
         url = f"http://{targets_for(desired, config.overrides())[candidate.hosts[0]].address}:{candidate.port}"
         baseline = baseline_evidence(mirror, production, at=baseline_at)
-        ev = await benchmark_lane(desired, name, url=url, baseline=baseline)
-        path = evidence.evidence_path(ev)
-        files = {
-            path: evidence.dumps(ev).encode(),
-            path.removesuffix(".json") + ".svg": chart.render_svg(ev, baseline).encode(),
-        }
-        made = await asyncio.to_thread(
-            commit_evidence,
-            mirror,
-            files,
-            evidence_message(ev, loaded.commit),
-            branch=branch,
-            signing_key=config.evidence_key() if signing else None,
-            parents=signing_parents if signing else None,
-        )
+        ev, made = await measure_and_commit(
+            config, mirror, desired, name, url=url, baseline=baseline, commit=loaded.commit, branch=branch,
+            parents=signing_parents,
+        )  # fmt: skip
         log.info("trial.measured", lane=production, branch=branch, regression=bool(ev.get("regression")))
         return TrialReport(comparison_markdown(ev, production), True, made, bool(ev.get("regression")))
     except LanesError as exc:

@@ -78,17 +78,24 @@ def swap_commit(world: World, image: str, message: str) -> str:
     return head
 
 
+async def failing_swap(world: World) -> tuple[str, str]:
+    """A swap to NEXT on an engine that never gets ready, pushed and waited for until NEXT's readiness wait:
+    (the swap commit, NEXT's image)."""
+    never = world.fleet.registry.add(
+        "aidendle94/sparkrun-sglang-dsv41-gb10:never", env={"STANDIN_NEVER_HEALTHY": "1"}
+    ).pinned
+    head = swap_commit(world, never, "move dgx1-4 to the next build (which never gets ready)")
+    await wait_for(lambda: world.in_step(NEXT, "wait-ready"), 60, "the new lane's readiness wait", 0.05)
+    return head, never
+
+
 async def test_a_swap_whose_new_lane_never_gets_ready_brings_the_old_lane_back(
     world: World, receivers: Receivers
 ) -> None:
     old = ranks(world, PRODUCTION)
     assert len(old) == 4
     old_ids = {b.name: b.id for h in PROD_HOSTS for b in world.containers(h)}
-    never = world.fleet.registry.add(
-        "aidendle94/sparkrun-sglang-dsv41-gb10:never", env={"STANDIN_NEVER_HEALTHY": "1"}
-    ).pinned
-    head = swap_commit(world, never, "move dgx1-4 to the next build (which never gets ready)")
-    await wait_for(lambda: world.in_step(NEXT, "wait-ready"), 60, "the new lane's readiness wait", 0.05)
+    head, never = await failing_swap(world)
     assert ranks(world, PRODUCTION) == []  # the giving lane stopped first, as before
     assert [image for _, _, image in ranks(world, NEXT)] == [never] * 4
 
@@ -164,11 +171,7 @@ async def test_a_swap_goes_through_and_the_old_env_files_stay_until_the_new_lane
 
 async def test_a_swap_cut_short_by_a_killed_daemon_is_still_undone_when_the_new_lane_fails(world: World) -> None:
     old = ranks(world, PRODUCTION)
-    never = world.fleet.registry.add(
-        "aidendle94/sparkrun-sglang-dsv41-gb10:never", env={"STANDIN_NEVER_HEALTHY": "1"}
-    ).pinned
-    head = swap_commit(world, never, "move dgx1-4 to the next build (which never gets ready)")
-    await wait_for(lambda: world.in_step(NEXT, "wait-ready"), 60, "the new lane's readiness wait", 0.05)
+    head, _ = await failing_swap(world)
     assert await world.daemon.stop(signal.SIGKILL, timeout=30) == -signal.SIGKILL
     assert ranks(world, PRODUCTION) == [] and len(ranks(world, NEXT)) == 4
     assert len(env_files(world, PRODUCTION)) == 4  # kept for the swap, which is not over
@@ -184,11 +187,7 @@ async def test_a_swap_cut_short_by_a_killed_daemon_is_still_undone_when_the_new_
 
 async def test_a_daemon_killed_while_it_undoes_a_swap_brings_the_old_lane_back_when_it_returns(world: World) -> None:
     old = ranks(world, PRODUCTION)
-    never = world.fleet.registry.add(
-        "aidendle94/sparkrun-sglang-dsv41-gb10:never", env={"STANDIN_NEVER_HEALTHY": "1"}
-    ).pinned
-    head = swap_commit(world, never, "move dgx1-4 to the next build (which never gets ready)")
-    await wait_for(lambda: world.in_step(NEXT, "wait-ready"), 60, "the new lane's readiness wait", 0.05)
+    head, _ = await failing_swap(world)
     world.slow(PROD_HOSTS, "docker run", 3.0)  # the undo's starts take a while: the kill lands inside it
     await wait_for(lambda: world.in_step(PRODUCTION, "swap-rollback"), 90, "the undo under way", 0.05)
     assert await world.daemon.stop(signal.SIGKILL, timeout=30) == -signal.SIGKILL

@@ -18,7 +18,7 @@ from reconciler.source.mirror import Mirror
 from reconciler.spec.upstream import GitHubReleases
 from reconciler.upstream import PollSettings, ProposalSettings, UpstreamStore, poll_source, propose_all
 from reconciler.upstream.forge import ForgeSettings
-from tests.support.example import EUGR, PRODUCTION, fast_files
+from tests.support.example import EUGR, PRODUCTION, fast_files, with_spare_hosts
 from tests.support.gitrepo import StateRepo
 from tests.support.lanesproc import write_config
 from tests.support.net import free_port
@@ -70,11 +70,7 @@ async def test_a_candidate_is_tried_on_spare_hosts_and_compared_in_the_pull_requ
         }
         files = fast_files(**lanes)
         files["state/upstreams.yaml"] = local_upstreams(github.url, reg.host, "/nonexistent/v.git", "/nonexistent/f")
-        for i, host in enumerate(SPARE):
-            files[f"state/hosts/{host}.yaml"] = (
-                f"address: 10.20.0.{21 + i}\n"
-                f"data_plane: [{{interface: enp1s0f0np0, address: 192.168.100.{21 + i}/24, hca: rocep1s0f0}}]\n"
-            ).encode()
+        with_spare_hosts(files, SPARE)
         forge_repo = StateRepo(tmp_path / "forge.git", bare=True)
         forge_repo.commit(files, "fleet with spare Sparks")
         mirror = Mirror(str(forge_repo.path), tmp_path / "mirror")

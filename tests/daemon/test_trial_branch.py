@@ -15,7 +15,16 @@ import pytest
 from reconciler.source.loadcommit import load_commit
 from reconciler.spec.load import load_desired
 from tests.notifications.test_daemon_regression import evidence_files, lane_evidence
-from tests.support.example import EUGR, PROD_REPO, PRODUCTION, fast, fast_files, loaded
+from tests.support.example import (
+    EUGR,
+    PROD_REPO,
+    PRODUCTION,
+    SPARE_HOSTS,
+    fast,
+    fast_files,
+    loaded,
+    with_spare_hosts,
+)
 from tests.support.receivers import Receivers
 from tests.support.sparks import loopback
 from tests.support.waiting import wait_for
@@ -25,18 +34,9 @@ from tests.upstream.servers import FakeForge, LocalServer
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 _salt = itertools.count(961)
 QUICK = {"bench_profile": "quick"}
-SPARE = ("dgx8", "dgx9", "dgx10", "dgx11")
+SPARE = SPARE_HOSTS
 TOKEN = "forge-token-for-trial-branches"
 BRANCH = "lanes/trials/faster-build"
-
-
-def with_spares(files: dict[str, bytes]) -> dict[str, bytes]:
-    for i, host in enumerate(SPARE):
-        files[f"state/hosts/{host}.yaml"] = (
-            f"address: 10.20.0.{21 + i}\n"
-            f"data_plane: [{{interface: enp1s0f0np0, address: 192.168.100.{21 + i}/24, hca: rocep1s0f0}}]\n"
-        ).encode()
-    return files
 
 
 def running(w: World, host: str) -> list[str]:
@@ -50,12 +50,12 @@ async def test_a_trial_branch_is_measured_on_spare_hosts_and_reported_on_its_pul
     token = tmp_path / "forge-token"
     token.write_text(TOKEN + "\n")
     try:
-        state = fast(load_desired(with_spares(fast_files()), "c0ffee0000000000000000000000000000000001"))
+        state = fast(load_desired(with_spare_hosts(fast_files()), "c0ffee0000000000000000000000000000000001"))
         async with world_over(loaded(state), tmp_path, tmp_path / "simwork", loopback(next(_salt))) as w:
             model = state.models[state.lanes[PRODUCTION].model]
             for host in SPARE:
                 w.fleet.runtime(host).add_model_path(model.path, model.weight_bytes)
-            start = w.repo.commit(with_spares(fast_files(**{PRODUCTION: QUICK, EUGR: QUICK})), "fleet with spares")
+            start = w.repo.commit(with_spare_hosts(fast_files(**{PRODUCTION: QUICK, EUGR: QUICK})), "fleet with spares")
             extra = (
                 f'[forge]\nkind = "github"\napi_url = "{server.url}"\nrepo = "team/state"\ntoken_file = "{token}"\n'
                 f"[experiments]\nenabled = true\nhosts = {list(SPARE)!r}\ninterval_s = 10\n"
@@ -73,7 +73,7 @@ async def test_a_trial_branch_is_measured_on_spare_hosts_and_reported_on_its_pul
             # The idea: production on a build that generates faster, pushed as a trial branch, with a pull request.
             faster = w.fleet.registry.add(f"{PROD_REPO}:faster", env={"STANDIN_TG_TPS": "90", "STANDIN_LOAD_S": "0.5"})
             files = {
-                **with_spares(fast_files(**{PRODUCTION: {**QUICK, "image": faster.pinned}, EUGR: QUICK})),
+                **with_spare_hosts(fast_files(**{PRODUCTION: {**QUICK, "image": faster.pinned}, EUGR: QUICK})),
                 **evidence_files(w),
             }
             idea = w.repo.commit(files, "try the faster build", parents=[main_before], ref=f"refs/heads/{BRANCH}")

@@ -17,7 +17,7 @@ from reconciler.daemon.notify import Notifier
 from reconciler.daemon.service import Daemon
 from reconciler.source.loadcommit import load_commit
 from tests.daemon.test_rewind import allowed_signers, sign_files
-from tests.support.example import PRODUCTION, fast_files
+from tests.support.example import PRODUCTION, fast_files, with_spare_hosts
 from tests.support.gitrepo import StateRepo
 from tests.support.lanesproc import write_config
 from tests.support.net import free_port
@@ -56,11 +56,7 @@ async def test_an_unsigned_head_reaches_neither_a_proposal_branch_nor_a_trial_ho
     def files(**production: Any) -> dict[str, bytes]:
         out = fast_files(**{PRODUCTION: {"bench_profile": "quick", "track": track, **production}})
         out["state/upstreams.yaml"] = local_upstreams(github.url, reg.host, "/nonexistent/v.git", "/nonexistent/f")
-        for i, host in enumerate(SPARE):
-            out[f"state/hosts/{host}.yaml"] = (
-                f"address: 10.20.0.{21 + i}\n"
-                f"data_plane: [{{interface: enp1s0f0np0, address: 192.168.100.{21 + i}/24, hca: rocep1s0f0}}]\n"
-            ).encode()
+        with_spare_hosts(out, SPARE)
         return out
 
     origin = StateRepo(tmp_path / "origin.git", bare=True)

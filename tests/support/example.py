@@ -95,3 +95,17 @@ def fast_files(**lane_changes: dict[str, Any]) -> dict[str, bytes]:
     for name in state.lanes:
         files[f"{LANE_DIR}/{name}.yaml"] = lane_yaml(state, name, **lane_changes.get(name, {}))
     return files
+
+
+SPARE_HOSTS = ("dgx8", "dgx9", "dgx10", "dgx11")
+"""Four Sparks beyond the example fleet's seven, free for trials."""
+
+
+def with_spare_hosts(files: dict[str, bytes], hosts: tuple[str, ...] = SPARE_HOSTS) -> dict[str, bytes]:
+    """`files` with a host file for each spare host (an address and a data-plane port, as the fleet's)."""
+    for i, host in enumerate(hosts):
+        files[f"state/hosts/{host}.yaml"] = (
+            f"address: 10.20.0.{21 + i}\n"
+            f"data_plane: [{{interface: enp1s0f0np0, address: 192.168.100.{21 + i}/24, hca: rocep1s0f0}}]\n"
+        ).encode()
+    return files
