@@ -226,6 +226,12 @@ class _Stager:
         host = self.targets[receiver]
         paths = sorted({f for t in transfers for f in t.files})
         follow_s = max(self._transfer_timeout(t) for t in transfers) + 60.0
+        if len(transfers) > 1:
+            # Several rsyncs into one fresh folder race to make it: rsync 3.5.0's --mkpath fails the one that
+            # loses ("mkdir ... failed: File exists", seen under load). Made once first; best effort, as
+            # --mkpath still makes it when this could not.
+            with contextlib.suppress(LanesError, OSError):
+                await self.transport.run(host.target, ["mkdir", "-p", "--", host.root], timeout=30.0, check=False)
         follower = asyncio.create_task(self.check(host, paths, follow_s=follow_s))
         state = Receiving(receiver, sum(t.bytes for t in transfers), self.lane, self.progress)
         outputs = [RsyncOutput(frozenset(t.files)) for t in transfers]

@@ -68,8 +68,15 @@ async def test_sigkill_during_the_wait_of_a_never_ready_engine_ends_rolled_back(
     assert "readiness gate failed at stage 'health'" in str(error) and "rolled back to" in str(error)
     assert lane["failed_fingerprint"]  # condemned: a spec the engine refuses is not tried again until it changes
     assert images(world, PRODUCTION, PROD_HOSTS) == old_images
-    last = world.rows("select cause, result from applies where lane = ? order by id desc limit 1", PRODUCTION)
-    assert [(a["cause"], a["result"]) for a in last] == [("unverified", "rolled-back")]
+
+    def last_apply() -> list[tuple[str, str]]:
+        last = world.rows("select cause, result from applies where lane = ? order by id desc limit 1", PRODUCTION)
+        return [(a["cause"], a["result"]) for a in last]
+
+    # The apply row is written just after the lane's health (a loaded machine can show the gap).
+    await wait_for(
+        lambda: last_apply() == [("unverified", "rolled-back")], 30, f"the rollback's apply row: {last_apply()}"
+    )
     assert await world.daemon.stop(timeout=30) == 0
 
 
