@@ -200,7 +200,8 @@ async def test_a_daemon_killed_while_it_undoes_a_swap_brings_the_old_lane_back_w
     assert ranks(world, PRODUCTION) == old
     prod = world.lane_row(PRODUCTION)
     assert prod["health"] == "healthy" and "seen ready" in str(prod["last_error"])
-    assert "swap rolled back" in str(world.lane_row(NEXT)["last_error"])
+    # The failed lane says its failure undid the swap (written by the resumed undo, in the same cycle).
+    await wait_for(lambda: "swap rolled back" in str(world.lane_row(NEXT)["last_error"]), 30, "the taker's error")
     assert [a["result"] for a in world.applies(PRODUCTION, head)][-1] == "rolled-back"
     assert not world.rows("select 1 from meta where key like 'swap-restore:%'")
     seen = world.lane_row(PRODUCTION)["updated"]
