@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from reconciler.errors import PermanentError
-from reconciler.execute.subproc import SubprocessTimeoutError, kill_group, run_streaming
+from reconciler.execute.subproc import SubprocessTimeoutError, kill_group, run_streaming, start_group
 
 START_TIMEOUT_S = 10.0
 
@@ -40,11 +40,8 @@ async def private_agent(key: Path, *, lifetime_s: int) -> AsyncIterator[str]:
     """Yield the socket of an agent holding only `key` for at most `lifetime_s`; kill it and its folder after."""
     folder = Path(tempfile.mkdtemp(prefix="lanes-agent-"))  # mkdtemp: mode 0700, ours alone
     socket = str(folder / "agent.sock")
-    proc = await asyncio.create_subprocess_exec(
-        "ssh-agent", "-D", "-a", socket,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )  # fmt: skip
+    proc = await start_group(["ssh-agent", "-D", "-a", socket], stdin=asyncio.subprocess.DEVNULL,
+                             stdout=asyncio.subprocess.DEVNULL)  # fmt: skip
     try:
         await _socket_made(proc, socket)
         try:

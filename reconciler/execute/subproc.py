@@ -49,6 +49,34 @@ async def kill_group(proc: asyncio.subprocess.Process) -> None:
             continue
 
 
+async def start_group(
+    argv: Sequence[str], *, stdin: int, stdout: int, env: Mapping[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """Start argv as the leader of a new session (stderr piped); a cancel that lands while it starts kills its group.
+
+    asyncio's own clean-up of a start cancelled half-way kills the leader alone, then waits until every pipe
+    is closed (Python 3.11 `_make_subprocess_transport`, `base_subprocess._wait`). A child the leader has
+    already started (rsync's ssh) holds stderr open: the wait lasts as long as that child, and the child
+    outlives us. So the start is shielded from the cancel, and the whole group is killed once it is done.
+    """
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+        )
+    )
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # a program that could not start has nothing left to kill
+            await kill_group(await spawn)
+        raise
+
+
 async def run_streaming(
     argv: Sequence[str],
     *,
@@ -64,13 +92,11 @@ async def run_streaming(
     that we are gone); otherwise it is closed once `stdin_text` is written.
     """
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
+    proc = await start_group(
+        argv,
         stdin=asyncio.subprocess.PIPE if stdin_text is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-        env=dict(env) if env is not None else None,
+        env=env,
     )
     stderr = bytearray()
 
