@@ -24,6 +24,13 @@ V4.1 branch adds `--tool-call-parser deepseekv41`, which no release has):
 `--wheel VERSION=PATH` reads a wheel (or any zip of the package's source,
 e.g. the image's /sgl-workspace/sglang/python zipped) for that build instead,
 and the table is the build's own.
+
+Each table says which it is (`read_from`): "release" (a published release's
+wheel, standing in for the builds it lists) or "build" (that build's own
+source). Only a build's own table, or a release's for that very release,
+judges as exact: `lanes check` denies what it refuses. A release's table
+standing in for a build only warns, since the build may have flags the
+release lacks (reconciler/engines/flagtable.py `table_for`).
 """
 
 from __future__ import annotations
@@ -134,11 +141,25 @@ def download(package: str, version: str, cache: Path) -> Path:
     return found[0]
 
 
-def table(engine: str, release: str, wheel: Wheel, uploaded: str, builds: list[dict[str, str]]) -> dict[str, Any]:
+READ_FROM = ("release", "build")
+"""A table read from a published release's wheel, or from one build's own source (--wheel)."""
+
+
+def table(
+    engine: str,
+    release: str,
+    wheel: Wheel,
+    uploaded: str,
+    builds: list[dict[str, str]],
+    read_from: str = "release",
+) -> dict[str, Any]:
+    if read_from not in READ_FROM:
+        raise ValueError(f"read_from must be one of {READ_FROM}, not {read_from!r}")
     read = READERS[engine](wheel)
     return {
         "engine": engine,
         "version": release,
+        "read_from": read_from,
         "builds": builds,
         "source": {
             "package": PACKAGES[engine],
@@ -204,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             path = own[build.engine_version]
             rule = f"the build's own source, read from {path.name}"
             entry = {"engine_version": build.engine_version, "lane": build.lane, "rule": rule}
-            write(args.out, table(build.engine, build.engine_version, Wheel(path), "", [entry]))
+            write(args.out, table(build.engine, build.engine_version, Wheel(path), "", [entry], read_from="build"))
             continue
         published = published_by.setdefault(build.engine, releases(PACKAGES[build.engine]))
         day = built.get(build.engine_version, build.built)

@@ -65,31 +65,32 @@ __all__ = [
 def kv_spelling(lane: Lane, engine: str, spellings: Mapping[str, tuple[str, ...]]) -> str:
     """How the lane's `kv_cache_dtype` is written for its engine release.
 
-    `spellings` gives, per lane dtype, the engine's candidate spellings in order of preference. When
-    the table of the lane's build (not a nearest one) has choices for --kv-cache-dtype, the first
-    candidate it accepts wins, and a dtype it has no spelling for is refused with its choices.
+    `spellings` gives, per lane dtype, the engine's candidate spellings in order of preference. The
+    first candidate the judging table's --kv-cache-dtype accepts wins. Only an exact table (the
+    build's own parser, `TableMatch.exact`) refuses a dtype it has no spelling for, listing its
+    choices; a release's table standing in for another build only orders the candidates, and the
+    engine-flags rule warns if it would refuse the one taken.
     """
     wanted = lane.kv_cache_dtype
     candidates = spellings.get(wanted, ())
     match = table_for(lane.engine, lane.engine_version)
-    choices = match.table.choices("--kv-cache-dtype") if match is not None and match.exact else None
-    if choices is None:
-        if candidates:
-            return candidates[0]
+    choices = match.table.choices("--kv-cache-dtype") if match is not None else None
+    accepted = next((c for c in candidates if choices is not None and c in choices), None)
+    if accepted is not None:
+        return accepted
+    if match is not None and match.exact and choices is not None:
         raise InputError(
-            f"lane '{lane.name}': {engine} has no KV cache dtype '{wanted}' "
-            f"(it takes {', '.join(sorted(spellings))} or auto)",
+            f"lane '{lane.name}': {engine} {match.table.version} has no KV cache dtype for '{wanted}': "
+            f"its --kv-cache-dtype takes {', '.join(str(c) for c in choices)}",
             field="kv_cache_dtype",
         )
-    accepted = next((c for c in candidates if c in choices), None)
-    if accepted is None:
-        assert match is not None
-        raise InputError(
-            f"lane '{lane.name}': {engine} {match.table.version} (the release of {lane.engine_version}) has no "
-            f"KV cache dtype for '{wanted}': its --kv-cache-dtype takes {', '.join(str(c) for c in choices)}",
-            field="kv_cache_dtype",
-        )
-    return accepted
+    if candidates:
+        return candidates[0]
+    raise InputError(
+        f"lane '{lane.name}': {engine} has no KV cache dtype '{wanted}' "
+        f"(it takes {', '.join(sorted(spellings))} or auto)",
+        field="kv_cache_dtype",
+    )
 
 
 @dataclass(frozen=True)

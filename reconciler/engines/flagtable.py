@@ -7,13 +7,21 @@ command lines with them.
 
 Which table judges a lane's `engine_version` (`table_for`):
 
-1. a table that lists the build among the builds it was made for (the script
-   chose the release for it and wrote down why): `how="build"`;
-2. else the table of that very release: `how="release"`;
-3. else the newest table of the same major.minor series at or below the
-   build's public version: `how="nearest"`. Such a table may lack flags the
-   build has, so what it refuses is a warning, never a denial;
-4. else none: the lane's flags are not checked (`lanes check` warns).
+1. the table read from that build's own source (`read_from: build`, the
+   script's `--wheel VERSION=PATH`): `how="build"`;
+2. else the table of that very release (the build is the release):
+   `how="release"`;
+3. else the release's table the script chose for the build and lists it
+   among the builds it stands for (`read_from: release`): `how="chosen"`;
+4. else the newest table of the same major.minor series at or below the
+   build's public version: `how="nearest"`;
+5. else none: the lane's flags are not checked (`lanes check` warns).
+
+Only 1 and 2 are exact: they are the parser the build runs. A release's
+table judging another build (3, 4) may lack flags the build has (the
+production lane's SGLang branch takes `--reasoning-parser deepseek-v41`,
+which no release has), so what it refuses is a warning naming that release,
+never a denial.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ class FlagTable:
     flags: tuple[Flag, ...]
     add_help: bool = True
     """argparse's own -h/--help (both engines keep it): the engine prints its help and exits 0."""
+    read_from: Literal["release", "build"] = "release"
+    """Read from a published release's wheel, or from the source of the one build it lists."""
 
     def flag(self, option: str) -> Flag | None:
         return next((f for f in self.flags if option in f.flags), None)
@@ -72,10 +82,16 @@ class FlagTable:
 @dataclass(frozen=True)
 class TableMatch:
     table: FlagTable
-    how: Literal["build", "release", "nearest"]
+    how: Literal["build", "release", "chosen", "nearest"]
 
     @property
     def exact(self) -> bool:
+        """The parser the build itself runs: what it refuses, the engine refuses."""
+        return self.how in ("build", "release")
+
+    @property
+    def placed(self) -> bool:
+        """A table the script wrote for this very build or release (not a series' nearest guess)."""
         return self.how != "nearest"
 
 
@@ -95,6 +111,8 @@ def load_table(doc: dict[str, Any]) -> FlagTable:
         error_usage=parser["error_usage"],
         preprocess=parser["preprocess"],
         add_help=parser.get("add_help", True),
+        # A table that does not say was read from a release: it never judges another build as exact.
+        read_from="build" if doc.get("read_from") == "build" else "release",
         positionals=tuple((p["name"], p["nargs"]) for p in doc.get("positionals", [])),
         flags=tuple(
             Flag(
@@ -131,18 +149,25 @@ def _version(text: str) -> Version | None:
 def table_for(engine: str, engine_version: str, available: Sequence[FlagTable] | None = None) -> TableMatch | None:
     """The table that judges a lane's flags, by the rule in the module's docstring."""
     candidates = [t for t in (tables() if available is None else available) if t.engine == engine]
-    for table in candidates:
-        if engine_version in table.builds:
+    listed = [t for t in candidates if engine_version in t.builds]
+    for table in listed:
+        if table.read_from == "build":
             return TableMatch(table, "build")
     wanted = _version(engine_version)
+    for table in candidates:
+        if table.read_from == "release" and wanted is not None and _version(table.version) == wanted:
+            return TableMatch(table, "release")
+    if listed:
+        return TableMatch(listed[0], "chosen")
     if wanted is None or not any(wanted.release):
         return None
-    for table in candidates:
-        if Version(table.version) == wanted:
-            return TableMatch(table, "release")
     public = Version(wanted.public)
     series = [
-        t for t in candidates if Version(t.version).release[:2] == wanted.release[:2] and Version(t.version) <= public
+        t
+        for t in candidates
+        if t.read_from == "release"
+        and Version(t.version).release[:2] == wanted.release[:2]
+        and Version(t.version) <= public
     ]
     return TableMatch(max(series, key=lambda t: Version(t.version)), "nearest") if series else None
 

@@ -77,7 +77,9 @@ def engine_refusal(argv: Sequence[str], version: str) -> tuple[int, str] | None:
     after the Ray head's shell prelude; `python3 -m sglang.launch_server ...`); a Ray worker's
     `ray start` runs no engine parser. The judgement is `lanes check`'s own (reconciler.engines.flags,
     imported only here, so a stand-in without an engine release starts as fast as before), and only a
-    table made for this build or release judges: a nearest release's table is a guess. Where lanes'
+    table written for this build or release judges (`TableMatch.placed`: in the simulation a build runs
+    the parser of the release scripts/flag_tables.py placed it at, though `lanes check` only warns about
+    it); a series' nearest release's table is a guess. Where lanes'
     packages are absent (the rig's image holds only the stand-in's modules), nothing is judged.
     """
     if not version or version == DEFAULT_VERSION:
@@ -91,7 +93,7 @@ def engine_refusal(argv: Sequence[str], version: str) -> tuple[int, str] | None:
         return None
     engine, _, args = found
     match = flags.table_for(engine, version)
-    if match is None or not match.exact:
+    if match is None or not match.placed:
         return None
     error = flags.check_argv(match.table, args)
     return None if error is None else (error.status, error.stderr())

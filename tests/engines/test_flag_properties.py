@@ -24,10 +24,13 @@ from .conftest import IMAGE, LaneFactory
 
 pytestmark = pytest.mark.timeout(60)
 
+# The releases whose tables the example builds are judged by. The builds themselves (a SGLang branch,
+# vLLM main, a fork) are judged by these tables only as stand-ins, whose refusals warn; a release is
+# its own table, so what it refuses the renderer must never produce.
 BUILDS = {
-    ("sglang", "native"): "0.0.0.dev1+gda64c5cbb",
-    ("vllm", "native"): "0.32.1.dev0+g8244d1c44",
-    ("vllm", "ray"): "0.26.1rc0+glm53.r39.vllm9e5d1793",
+    ("sglang", "native"): "0.5.19",
+    ("vllm", "native"): "0.32.0",
+    ("vllm", "ray"): "0.26.0",
 }
 KV = [
     "auto", "bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4", "fp8_ds_mla", "nvfp4_ds_mla",
@@ -63,7 +66,8 @@ def test_every_example_lane_renders_what_its_engine_release_accepts() -> None:
         if lane.engine not in ("sglang", "vllm"):
             assert match is None, name  # FLARE publishes no parser; generic is the team's own command
             continue
-        assert match is not None and match.exact, name
+        # Every example build has a table written for it (a release's, standing in: its refusals warn).
+        assert match is not None and match.placed, name
         specs = render_lane(lane, state.models[lane.model], state.fleet, state.hosts, state.commit)
         for argv in _engine_argvs(lane.engine, specs):
             assert check_argv(match.table, argv) is None, (name, argv)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.engines.flags import check_argv, load_table
+from reconciler.engines.flags import check_argv, load_table, table_for
 from scripts import flag_tables
 from scripts.flagtables.engines import read_sglang, read_vllm
 from scripts.flagtables.wheel import Wheel
@@ -93,6 +93,10 @@ def test_a_written_table_is_read_back_and_judges_as_the_engine_would(sglang_whee
     assert doc["source"]["sha256"] == sglang_wheel.sha256 and doc["source"]["wheel"] == sglang_wheel.filename
     table = load_table(doc)
     assert table.builds == ("0.0.0.dev1+gfeed",)
+    # A release's wheel, standing in for the build it lists: judged by it, the build is only warned.
+    assert doc["read_from"] == "release"
+    match = table_for("sglang", "0.0.0.dev1+gfeed", [table])
+    assert match is not None and (match.how, match.exact) == ("chosen", False)
     assert (
         check_argv(table, ["--model-path", "/m", "--sampling-backend", "extra", "--reasoning-parser", "qwen3"]) is None
     )
@@ -170,3 +174,8 @@ def test_a_builds_own_source_is_read_instead_of_a_release_without_the_network(tm
         {"engine_version": version, "lane": "prod", "rule": "the build's own source, read from sglang-branch-src.zip"}
     ]
     assert load_table(doc).flag("--kv-cache-dtype") is not None
+    # Read from the build's own source, it judges that build as exact: its refusals deny.
+    assert doc["read_from"] == "build"
+    own = load_table(doc)
+    match = table_for("sglang", version, [own])
+    assert match is not None and (match.how, match.exact) == ("build", True)

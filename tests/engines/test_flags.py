@@ -193,10 +193,11 @@ def test_vllm_refuses_a_served_name_without_a_model_before_argparse() -> None:
     assert error.message.startswith("`model` should be provided as the first positional argument")
 
 
-def test_table_for_takes_the_build_then_the_release_then_the_nearest_of_its_series() -> None:
+def test_table_for_takes_the_builds_own_then_the_release_then_the_chosen_then_the_nearest_of_its_series() -> None:
     older, newer = load_table(_doc(version="0.5.19")), load_table({**_doc(version="0.5.21"), "builds": []})
     tables = [older, newer]
-    assert table_for("sglang", "0.0.0.dev1+gabc1234", tables) == flags.TableMatch(older, "build")
+    # 0.5.19's wheel lists the branch build it stands in for, but is not that build's parser.
+    assert table_for("sglang", "0.0.0.dev1+gabc1234", tables) == flags.TableMatch(older, "chosen")
     assert table_for("sglang", "0.5.21", tables) == flags.TableMatch(newer, "release")
     assert table_for("sglang", "0.5.22.dev3+gdeadbee", tables) == flags.TableMatch(newer, "nearest")
     assert table_for("sglang", "0.5.20", tables) == flags.TableMatch(older, "nearest")
@@ -205,6 +206,31 @@ def test_table_for_takes_the_build_then_the_release_then_the_nearest_of_its_seri
     assert table_for("sglang", "0.0.0.dev1+gother", tables) is None
     assert table_for("vllm", "0.5.21", tables) is None
     assert table_for("sglang", "not a version", tables) is None
+    # The build's own source (scripts/flag_tables.py --wheel) wins over the release chosen for it.
+    own = load_table({**_doc(version="0.0.0.dev1+gabc1234"), "read_from": "build"})
+    assert table_for("sglang", "0.0.0.dev1+gabc1234", [older, own, newer]) == flags.TableMatch(own, "build")
+    # A build's own table never stands in for a release or for another build of the series.
+    branch = load_table({**_doc(version="0.5.21.dev1+gabc"), "read_from": "build", "builds": []})
+    assert table_for("sglang", "0.5.21.dev1+gabc", [branch]) is None
+    assert table_for("sglang", "0.5.22", [branch]) is None
+
+
+def test_only_the_builds_own_parser_or_its_release_is_exact() -> None:
+    table = load_table(_doc())
+    assert [flags.TableMatch(table, how).exact for how in ("build", "release", "chosen", "nearest")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert [flags.TableMatch(table, how).placed for how in ("build", "release", "chosen", "nearest")] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert table.read_from == "release"  # a table that does not say is a release's
+    assert load_table({**_doc(), "read_from": "build"}).read_from == "build"
 
 
 def test_the_shipped_tables_stand_for_the_example_fleets_builds() -> None:
@@ -216,6 +242,10 @@ def test_the_shipped_tables_stand_for_the_example_fleets_builds() -> None:
     }
     for table in flags.tables():
         assert len(table.sha256) == 64 and table.wheel.endswith(".whl")
+        # Read from the releases' wheels: none is a build's own parser, so their refusals only warn.
+        assert table.read_from == "release"
+        for build in table.builds:
+            assert table_for(table.engine, build) == flags.TableMatch(table, "chosen")
 
 
 @pytest.mark.parametrize(
@@ -275,10 +305,14 @@ def test_kv_spelling_takes_the_first_spelling_the_release_accepts() -> None:
     assert (
         flags.kv_spelling(_lane("vllm", "0.26.1rc0+glm53.r39.vllm9e5d1793", "fp8_ds_mla"), "vLLM", vllm) == "fp8_ds_mla"
     )
+    # Judged by that release's table, the fork may have it: it is written as asked (engine-flags warns).
+    fork = _lane("vllm", "0.26.1rc0+glm53.r39.vllm9e5d1793", "nvfp4_ds_mla")
+    assert flags.kv_spelling(fork, "vLLM", vllm) == "nvfp4_ds_mla"
+    # The release itself has no such choice: refused with its choices.
     with pytest.raises(InputError) as refused:
-        flags.kv_spelling(_lane("vllm", "0.26.1rc0+glm53.r39.vllm9e5d1793", "nvfp4_ds_mla"), "vLLM", vllm)
+        flags.kv_spelling(_lane("vllm", "0.26.0", "nvfp4_ds_mla"), "vLLM", vllm)
     assert refused.value.field == "kv_cache_dtype"
-    assert "vLLM 0.26.0" in refused.value.message and "fp8_ds_mla" in refused.value.message
+    assert "vLLM 0.26.0 has no KV cache dtype" in refused.value.message and "fp8_ds_mla" in refused.value.message
     # Without a table of its own, the first spelling, and the vocabulary's own refusal.
     assert flags.kv_spelling(_lane("vllm", "0.40.0", "nvfp4_ds_mla"), "vLLM", vllm) == "nvfp4_ds_mla"
     with pytest.raises(InputError) as unknown:

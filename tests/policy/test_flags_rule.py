@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from reconciler.engines import ContainerSpec, RankContext, registry
+from reconciler.engines import ContainerSpec, RankContext, flagtable, registry
 from reconciler.policy import evaluate
 from reconciler.policy.verdict import Verdict, Violation
 from reconciler.spec.load import DesiredState
@@ -35,7 +36,8 @@ def test_the_example_fleet_passes_and_only_flare_is_unchecked() -> None:
 
 
 def test_a_misspelled_flag_in_args_denies_the_lane_naming_file_field_and_argparses_words() -> None:
-    verdict = evaluate(_with_args(EUGR, "--kv-cache-dtpye", "fp8"), example_policies())
+    # The lane runs the release itself: its table is the parser the build runs, so a refusal denies.
+    verdict = evaluate(_with_args(EUGR, "--kv-cache-dtpye", "fp8", engine_version="0.32.0"), example_policies())
     (found,) = _flags(verdict, EUGR)
     assert (found.lane, found.severity, found.rank, found.host) == (EUGR, "deny", 0, "dgx5")
     assert found.message == (
@@ -52,13 +54,62 @@ def test_a_misspelled_flag_in_args_denies_the_lane_naming_file_field_and_argpars
 
 
 def test_a_choice_the_release_lacks_is_denied_with_its_choices() -> None:
-    verdict = evaluate(_with_args(PRODUCTION, "--tool-call-parser", "deepseekv41"), example_policies())
+    verdict = evaluate(
+        _with_args(PRODUCTION, "--tool-call-parser", "deepseekv41", engine_version="0.5.19"), example_policies()
+    )
     (found,) = _flags(verdict, PRODUCTION)
     assert found.severity == "deny" and found.detail["field"] == "args"
     assert "sglang 0.5.19 would refuse rank 0's command line: sglang serve: error: argument --tool-call-parser: " in (
         found.message
     )
     assert "invalid choice: 'deepseekv41' (choose from 'auto', 'apertus2509'," in found.message
+
+
+# The arguments of the production lane's public launcher (aidendle94/sparkrun-recipes,
+# recipes/deepseek-v4.1-flash/sglang/launch/launch-sgl-dsv41.sh @ 08d7b30), which its SGLang branch
+# build takes and no SGLang release has.
+LAUNCHER_ARGS = (
+    "--reasoning-parser",
+    "deepseek-v41",
+    "--tool-call-parser",
+    "deepseekv41",
+    "--enable-decoder-swa-bounded-replay",
+)
+
+
+def test_a_build_judged_by_a_releases_table_is_warned_naming_that_release() -> None:
+    verdict = evaluate(_with_args(PRODUCTION, *LAUNCHER_ARGS), example_policies())
+    (found,) = _flags(verdict, PRODUCTION)
+    assert found.severity == "warn" and found.detail["how"] == "chosen"
+    assert verdict.denied_lanes == set()
+    assert found.message.startswith(
+        "state/lanes/dsv41-flash-1017-4x-sglang.yaml: args: sglang 0.5.19 would refuse rank 0's command line "
+        "(the table of release 0.5.19, which stands in for this build; the build may take flags that release "
+        "lacks): sglang serve: error: argument --reasoning-parser: invalid choice: 'deepseek-v41'"
+    )
+    # The same for the vLLM main build and the r39 fork, judged by 0.32.0's and 0.26.0's tables.
+    for lane, release in ((EUGR, "0.32.0"), (GLM, "0.26.0")):
+        (other,) = _flags(evaluate(_with_args(lane, "--no-such-flag"), example_policies()), lane)
+        assert (other.severity, other.detail["how"], other.detail["table"]) == ("warn", "chosen", f"vllm-{release}")
+        assert other.detail.get("would_deny") is not True
+
+
+def test_a_table_read_from_the_builds_own_source_denies(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What `scripts/flag_tables.py --wheel 0.0.0.dev1+gda64c5cbb=PATH` writes: that build's own parser
+    # (here with the release's flags, so the launcher's parser names are unknown to it too).
+    build = example_state().lanes[PRODUCTION].engine_version
+    release = next(t for t in flagtable.tables() if t.engine == "sglang")
+    own = replace(release, version=build, builds=(build,), read_from="build")
+    shipped = flagtable.tables()
+    monkeypatch.setattr(flagtable, "tables", lambda: (*shipped, own))
+    verdict = evaluate(_with_args(PRODUCTION, *LAUNCHER_ARGS), example_policies())
+    (found,) = _flags(verdict, PRODUCTION)
+    assert (found.severity, found.detail["how"]) == ("deny", "build")
+    assert found.message.startswith(
+        f"state/lanes/dsv41-flash-1017-4x-sglang.yaml: args: sglang {build} would refuse rank 0's command line: "
+        "sglang serve: error: argument --reasoning-parser: invalid choice: 'deepseek-v41'"
+    )
+    assert verdict.denied_lanes == {PRODUCTION}
 
 
 def test_a_prefix_of_a_real_flag_is_what_the_engine_reads_it_as() -> None:
@@ -80,7 +131,7 @@ def test_a_fault_in_what_lanes_rendered_names_the_field_it_came_from() -> None:
 
 
 def test_a_stopped_lane_is_warned_and_ray_workers_are_not_judged() -> None:
-    verdict = evaluate(_with_args(GLM, "--no-such-flag"), example_policies())
+    verdict = evaluate(_with_args(GLM, "--no-such-flag", engine_version="0.26.0"), example_policies())
     (found,) = _flags(verdict, GLM)
     assert (found.lane, found.severity, found.rank) == (GLM, "warn", 0)  # only the Ray head runs `vllm serve`
     assert found.message.startswith("lane is stopped, would be denied when started: state/lanes/glm53")
@@ -114,7 +165,7 @@ def test_the_rule_reads_the_render_rules_specs_and_renders_nothing_itself(monkey
         return real(ctx)
 
     monkeypatch.setattr(registry, "render_rank", counting)
-    state = _with_args(EUGR, "--no-such-flag")
+    state = _with_args(EUGR, "--no-such-flag", engine_version="0.32.0")
     verdict = evaluate(state, example_policies())
     assert [v.severity for v in _flags(verdict, EUGR)] == ["deny"]
     assert len(calls) == sum(lane.ranks for lane in state.lanes.values())  # each rank once, by `render`

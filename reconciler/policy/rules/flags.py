@@ -12,8 +12,10 @@ from (`args` for what the lane wrote itself, else the field that rendered
 it) and argparse's own sentence.
 
 A lane whose `engine_version` has no table gets a warning: its flags are not
-checked. So does a refusal by the table of a nearest release (a build with
-no table of its own), since that release may lack flags the build has.
+checked. So does a refusal by a release's table judging another build (a
+main or branch build, a fork: `flagtable.table_for`), since the build may
+take flags that release lacks: only a table read from the build's own
+source, or a release's for that release, denies.
 Generic lanes are the team's own command and are not looked at.
 """
 
@@ -22,7 +24,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from reconciler.engines import ContainerSpec
-from reconciler.engines.flags import ENGINES_WITH_TABLES, ArgvError, check_argv, engine_argv, table_for
+from reconciler.engines.flags import (
+    ENGINES_WITH_TABLES,
+    ArgvError,
+    TableMatch,
+    check_argv,
+    engine_argv,
+    table_for,
+)
 from reconciler.policy.config import RuleSettings
 from reconciler.policy.context import Context
 from reconciler.spec.lane import Lane
@@ -86,6 +95,19 @@ def field_of(lane: Lane, command: Sequence[str], start: int, error: ArgvError) -
     return _FIELDS.get(lane.engine, {}).get(flag, "engine")
 
 
+def _not_exact(match: TableMatch) -> str:
+    """What the message says of a table that is not the build's own parser ('' when it is)."""
+    table = match.table
+    if match.exact:
+        return ""
+    if match.how == "chosen":
+        return (
+            f" (the table of release {table.version}, which stands in for this build; the build may take flags "
+            "that release lacks)"
+        )
+    return f" (the table of the nearest release {table.version}; it may lack flags)"
+
+
 def check_engine_flags(ctx: Context, rule: RuleSettings, rendered: Rendered) -> None:
     desired = ctx.desired
     for name in sorted(desired.lanes):
@@ -122,7 +144,7 @@ def check_engine_flags(ctx: Context, rule: RuleSettings, rendered: Rendered) -> 
                 continue
             field = field_of(lane, command, start, error)
             table = match.table
-            nearest = "" if match.exact else f" (the table of the nearest release {table.version}; it may lack flags)"
+            nearest = _not_exact(match)
             ctx.report(
                 rule,
                 severity="deny" if match.exact else "warn",
@@ -139,6 +161,7 @@ def check_engine_flags(ctx: Context, rule: RuleSettings, rendered: Rendered) -> 
                     "flag": error.flag or "",
                     "table": f"{table.engine}-{table.version}",
                     "wheel_sha256": table.sha256,
+                    "how": match.how,
                 },
             )
             break  # every rank carries the lane's flags: one finding per lane says it
