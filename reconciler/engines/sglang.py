@@ -37,10 +37,32 @@ _KV_DTYPES: dict[str, tuple[str, ...]] = {
 }
 
 
+# DeepSeek V4's KV cache in SGLang holds fp8_e4m3 or bfloat16 and nothing else: `auto` becomes
+# fp8_e4m3, anything else fails an assertion at start ("... is not supported for ..."). Source:
+# sglang 0.5.19 (the PyPI wheel the production build's flag table is read from),
+# sglang/srt/arg_groups/overrides.py `_deepseek_v4_kv_cache_dtype`, run at start by
+# srt/arg_groups/deepseek_v4_hook.py `apply_deepseek_v4_defaults`; the same in sgl-project/sglang
+# main (python/sglang/srt/arg_groups/overrides.py @ 003bbaf). Upstream keys the check on the
+# architecture DeepseekV4ForCausalLM; V4.1 runs on the same dsv4 attention backend and page pool
+# (sparkrun-recipes' launch-sgl-dsv41.sh passes `--attention-backend dsv4`; the pool,
+# srt/mem_cache/deepseek_v4_memory_pool.py, stores 448 + 128 + 8 bytes of fp8 per token). A lane
+# model with `compress_ratios` (DeepSeek V4's per-layer compression) is taken for that path.
+_DSV4_KV = ("fp8_e4m3", "bfloat16")
+
+
 def kv_cache_dtype(ctx: RankContext) -> str | None:
     if ctx.lane.kv_cache_dtype == "auto":
         return None
-    return kv_spelling(ctx.lane, "SGLang", _KV_DTYPES)
+    spelled = kv_spelling(ctx.lane, "SGLang", _KV_DTYPES)
+    if ctx.model.architecture.compress_ratios is not None and spelled not in _DSV4_KV:
+        raise InputError(
+            f"lane '{ctx.lane.name}': SGLang runs DeepSeek V4 models (model '{ctx.lane.model}' has "
+            f"compress_ratios) only with a KV cache of fp8_e4m3 or bfloat16 and refuses "
+            f"--kv-cache-dtype {spelled} at start; kv_cache_dtype takes fp8_e4m3 (or fp8), bfloat16 "
+            "(or bf16) or auto (SGLang then picks fp8_e4m3)",
+            field="kv_cache_dtype",
+        )
+    return spelled
 
 
 def _refuse_unhonoured_ep(ctx: RankContext) -> None:
