@@ -97,6 +97,8 @@ class _Receiver:
     queue: asyncio.Queue[Event]
     bucket: Bucket
     task: asyncio.Task[None] | None = None
+    sending: bool = False
+    """A message is being worked on (waiting for its rate, being sent, or between tries)."""
 
 
 class Dispatcher:
@@ -148,12 +150,14 @@ class Dispatcher:
     async def _work(self, r: _Receiver) -> None:
         while True:
             event = await r.queue.get()
+            r.sending = True
             try:
                 wait = r.bucket.reserve()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 await self._deliver(r, event)
             finally:
+                r.sending = False
                 r.queue.task_done()
 
     async def _deliver(self, r: _Receiver, event: Event) -> None:
@@ -189,6 +193,8 @@ class Dispatcher:
             async with asyncio.timeout(grace_s):
                 await asyncio.gather(*(r.queue.join() for r in self.receivers.values()))
         for r in self.receivers.values():
+            if r.sending or not r.queue.empty():  # given up, not waited for: said, so a lost message is known
+                log.warning("notification.abandoned", receiver=r.name, in_flight=r.sending, queued=r.queue.qsize())
             if r.task is not None:
                 r.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

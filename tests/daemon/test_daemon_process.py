@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import signal
 from collections.abc import AsyncIterator
@@ -70,11 +69,9 @@ async def test_sigterm_during_a_health_wait_rolls_back_and_exits(world: World) -
     patient = {**FAST_HEALTH, "ready_timeout_s": 300}
     world.commit("production: a slow image", {PRODUCTION: {"image": slow, "health": patient}})
     await wait_for(lambda: world.in_step(PRODUCTION, "wait-ready"), 30, "the health wait", 0.01)
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
+    # It exits (0) although the engine would load for 60 s more and the gate wait 300 s: the stop does not
+    # wait for readiness. The bound on the wait only keeps a hanging daemon from hanging the test.
     assert await world.daemon.stop(timeout=30) == 0
-    print(f"\nSIGTERM during the health wait: exited in {loop.time() - t0:.2f} s")
-    assert loop.time() - t0 < 30
     for host in PROD_HOSTS:
         now = runs(world, host)
         assert [(n, s, c, i) for n, s, c, i in now if s == "running"] == [

@@ -90,14 +90,12 @@ async def test_a_wrong_route_is_answered_from_the_head_without_reading_the_body(
     served: tuple[HttpServer, Hooks],
 ) -> None:
     server, hooks = served
-    # Announces a body it never sends: 404/405 come at once, not after the body deadline.
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
+    # Announces a body it never sends: a server that read the body first would answer 408 at its body
+    # deadline; 404 and 405 say the answer came from the head alone.
     out = await raw(server, b"POST /nowhere HTTP/1.1\r\nContent-Length: 1000\r\n\r\n", close_write=False)
     assert out.startswith(b"HTTP/1.1 404 ")
     out = await raw(server, b"POST /healthz HTTP/1.1\r\nContent-Length: 1000\r\n\r\n", close_write=False)
     assert out.startswith(b"HTTP/1.1 405 ")
-    assert loop.time() - t0 < LIMITS.body_timeout_s
     assert hooks.webhook_calls is None
 
 
