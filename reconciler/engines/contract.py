@@ -6,8 +6,8 @@ Two modes, chosen per fleet (`container.mode` in fleet.yaml):
   launch-cluster.sh runs every node (`docker run -d --privileged --gpus all
   --rm --ipc=host --network host`) and as sparkrun does by default
   (orchestration/executor.py `EXECUTOR_DEFAULTS`: privileged, ipc host,
-  network host). The RDMA devices and unlimited memlock come with
-  the privilege.
+  network host). The RDMA devices and every capability, IPC_LOCK among
+  them, come with the privilege.
 - **rootless**: what sparkrun's rootless mode adds instead of the privilege
   (core/launcher.py: `--security-opt no-new-privileges`, `--ulimit
   memlock=-1:-1`, `--ulimit stack=67108864`, `--device /dev/infiniband`) and
@@ -16,6 +16,22 @@ Two modes, chosen per fleet (`container.mode` in fleet.yaml):
   multi-node lane on a host whose data-plane ports name a RoCE device: a
   host without one has no /dev/infiniband to pass (docker refuses a missing
   device), and the probe checks that the devices are there.
+
+In both modes the contract's ulimits (`--ulimit memlock=-1:-1 --ulimit
+stack=67108864`), as the production lane's own launcher passes them beside
+its devices and IPC_LOCK (aidendle94/sparkrun-recipes,
+recipes/deepseek-v4.1-flash/sglang/launch/launch-sgl-dsv41.sh @ 08d7b30):
+`--privileged` does not lift them. Docker's reference
+(docs.docker.com/reference/cli/docker/container/run/, "--privileged" and
+"--ulimit") gives a privileged container every capability and every device
+and says nothing of resource limits; a container's ulimits are the ones
+`--ulimit` sets, else the daemon's defaults (`dockerd --default-ulimit`),
+else what dockerd itself runs with. The capability lets a root process lock
+memory past RLIMIT_MEMLOCK (mlock(2)), but the limit stays as it was for
+whatever reads it, and nothing raises RLIMIT_STACK; every launcher above
+that sets ulimits passes both (sparkrun's runtimes/trtllm.py too).
+Adding them to privileged containers changes their spec hash: an upgrade of
+lanes restarts every running rank once (tests/engines/test_spec_hash_pin.py).
 
 In both modes, from launch-sgl-dsv41.sh: a memory cap below the host's
 128 GB (`--memory 112g --memory-swap 112g`, no swap beyond it) and
@@ -55,7 +71,7 @@ def container_flags(contract: ContainerContract, host: Host, *, multi_node: bool
             privileged=True,
             devices=(),
             cap_add=(),
-            ulimits=(),
+            ulimits=contract.ulimits,
             security_opt=(),
             memory=contract.memory_limit,
             oom_score_adj=contract.oom_score_adj,

@@ -79,7 +79,8 @@ class ContainerContract(StrictModel):
     )
     ulimits: tuple[str, ...] = Field(
         default=("memlock=-1:-1", "stack=67108864"),
-        description="rootless mode's --ulimit flags: unlimited locked memory for RDMA, a 64 MiB stack",
+        description="--ulimit flags of every rank (privileged does not lift them): unlimited locked memory "
+        "for RDMA, a 64 MiB stack",
     )
     memory_limit: str | None = Field(
         default="112g",

@@ -270,6 +270,19 @@ def test_container_flags(make_lane: LaneFactory, render: Renderer) -> None:
         "--ipc",
         "host",
     ]
-    # The container contract of a privileged fleet (the default), as eugr's and sparkrun's launchers run ranks.
-    assert argv[13:20] == ["--privileged", "--memory", "112g", "--memory-swap", "112g", "--oom-score-adj", "500"]
+    # The container contract of a privileged fleet (the default), as eugr's and sparkrun's launchers run ranks,
+    # with the ulimits the production lane's launcher sets: the privilege does not lift them.
+    assert argv[13:24] == [
+        "--privileged",
+        "--ulimit",
+        "memlock=-1:-1",
+        "--ulimit",
+        "stack=67108864",
+        "--memory",
+        "112g",
+        "--memory-swap",
+        "112g",
+        "--oom-score-adj",
+        "500",
+    ]
     assert "--shm-size" not in argv  # with --ipc host the host's /dev/shm is used (podman refuses a size)

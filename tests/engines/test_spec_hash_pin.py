@@ -32,11 +32,15 @@ pytestmark = pytest.mark.timeout(30)
 
 REPO = Path(__file__).resolve().parents[2]
 
+# What changed the pins, and what an upgrade to that change restarts:
+# - issue 13, the contract's ulimits (--ulimit memlock=-1:-1, --ulimit stack=67108864) on privileged
+#   containers too: every rank of every lane of a privileged fleet (the example fleet's mode), all
+#   engines, restarts once on upgrade; rootless fleets (the rig) already had them and restart nothing.
 PINNED: dict[str, tuple[str, ...]] = {
-    "dsv41-flash-1017-4x-sglang": ("936ce99e876fbdd4", "97de1d7b4b2e0be7", "c596ffa8da411f9c", "f2905a3fc83d107e"),
-    "eugr-nightly-dsv41-3x": ("aa881c7a94836f3f", "6cb0feae035a6853", "f34b33f5de02254f"),
-    "glm53-mxfp4-fp8-4x-r39": ("7e2cf39456eff51d", "15592358c611b5cc", "5be820eb40ad1f26", "dfa22d63d07196a0"),
-    "minimax-m31-flash-4x-flare": ("0370947ee0396615", "882a08a64031fb07", "967ff199d1f046aa", "708039a6ee882813"),
+    "dsv41-flash-1017-4x-sglang": ("fea0d615fe4a84bc", "b720fbf3c8daae40", "6f71229bdd97c53e", "00d80d9bcdf57eba"),
+    "eugr-nightly-dsv41-3x": ("b74015ed9dd8e3a9", "3fa43096450a9691", "48d16f1273a88bb7"),
+    "glm53-mxfp4-fp8-4x-r39": ("4fbeab1a51823612", "e16c4c6d5874b77e", "daf26213a115d5c6", "5cc2d2fcafe00fb7"),
+    "minimax-m31-flash-4x-flare": ("f3ee4cee5fe5c989", "609f2a2124069b4a", "7fa156391913e540", "cb1bb0421ebae6bd"),
 }
 """Lane -> spec hash of rank 0, 1, ... as rendered from `state/` (running and stopped lanes alike)."""
 
