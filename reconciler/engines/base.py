@@ -41,7 +41,10 @@ UNHASHED_LABELS = frozenset({LABEL_SPEC, LABEL_COMMIT})
 """Labels that describe a container's provenance, not what it runs."""
 
 HF_CACHE_TARGET = "/root/.cache/huggingface"
-"""Where every engine image looks for the Hugging Face cache (HF_HOME points here too)."""
+"""Where every engine image looks for the Hugging Face cache (HF_HOME points here too): the images run as
+root, and Spark launchers mount the host's cache there (eugr/spark-vllm-docker launch-cluster.sh @ 74c02c3,
+DOCKER_ARGS `-v $HOME/.cache/huggingface:/root/.cache/huggingface`; sparkrun-recipes' launch-sgl-dsv41.sh
+mounts its cache folder as /root/.cache)."""
 
 BIND_ALL = "0.0.0.0"
 SPEC_SCHEMA = 2

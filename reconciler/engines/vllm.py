@@ -11,12 +11,29 @@ Native multi-node (vLLM docs, "Running vLLM with MultiProcessing") runs
 HEAD --master-port P`; ranks above 0 add `--headless` (no API server).
 They rendezvous among themselves, so all ranks start together.
 
-Spark specifics, as eugr's launcher sets them: each rank announces its own
-data-plane address (VLLM_HOST_IP, `ray start --node-ip-address`); Ray's
-object store is capped at 1 GiB and its memory monitor is off, because on
-GB10's unified memory both would otherwise take or police memory the GPU
-budget counts on. Every port Ray would pick or fix per host is pinned from
-the lane's port block (`engines/ports.py`), so two Ray lanes can share a host.
+Spark specifics of a Ray lane, and where each comes from:
+
+- each rank announces its own data-plane address, VLLM_HOST_IP and `ray
+  start --node-ip-address`: eugr/spark-vllm-docker run-cluster-node.sh
+  @ 74c02c3, lines 85 (`export_persist VLLM_HOST_IP`), 109 and 118;
+- Ray's memory monitor is off, RAY_memory_monitor_refresh_ms=0: the same
+  file, line 102; NVIDIA/dgx-spark-playbooks nvidia/vllm/README.md (the
+  head's and workers' `-e` flags); spark-arena/sparkrun
+  src/sparkrun/runtimes/vllm_ray.py `get_cluster_env`. The monitor kills
+  workers once the node's memory in use passes RAY_memory_usage_threshold,
+  0.95 by default (docs.ray.io, "Out-Of-Memory Prevention"), and on GB10
+  the GPU's allocations are that memory: a rank at 0.8-0.9 of it plus the
+  OS gets there by design;
+- Ray's object store is capped at 1 GiB (`--object-store-memory`). This
+  figure is lanes' own: none of those launchers passes the flag, so Ray
+  reserves its default of 30% of the memory available at start per node
+  (docs.ray.io/en/latest/ray-core/scheduling/memory-management.html,
+  "Object store memory"), some 36 GB of a Spark, which no memory budget
+  here counts; vLLM's tensors move over NCCL, and 1 GiB leaves Ray its
+  control objects.
+
+Every port Ray would pick or fix per host is pinned from the lane's port
+block (`engines/ports.py`), so two Ray lanes can share a host.
 
 The head of a Ray lane runs three steps, so its command is a fixed
 `/bin/sh -c` script that never contains a lane field: start the Ray head,
@@ -37,6 +54,7 @@ from reconciler.facts.container import ContainerSpec
 from reconciler.spec import Lane
 
 RAY_OBJECT_STORE_BYTES = "1073741824"
+"""1 GiB: lanes' own cap on Ray's object store (Ray's default is 30% of memory; see the module's docstring)."""
 RAY_JOIN_TIMEOUT_S = 600
 """How long the head waits for the workers' Ray nodes: they start right after it, but pull and start in parallel."""
 RAY_NODES_ALIVE = (
