@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 
 from reconciler.engines import ContainerSpec
 from reconciler.engines.vllm import is_ray_head, ray_join_seconds
@@ -20,6 +21,8 @@ from reconciler.plan.steps import WaitReady
 from reconciler.spec.lane import Health
 
 RUNNING_STATES = frozenset({"running", "created"})
+RAY_GAVE_UP = re.compile(r"lanes: only \d+ of \d+ Ray nodes joined in \S+ s")
+"""The sentence the Ray head's join check (engines.vllm.RAY_NODES_ALIVE) exits with when nodes are missing."""
 
 
 def _gate_failed(message: str, host_faults: list[str]) -> StepFailedError:
@@ -74,6 +77,10 @@ async def gate(
     timings.update({f"to_{k}" if k != "startup_ttft" else k: v for k, v in result.timings.items()})
     if not result.ok:
         why = f"{result.error}" + (f" ({'; '.join(dead)})" if dead else "")
+        if ranks and is_ray_head(ranks[0][1]):
+            # A Ray head that stopped waiting for its nodes never ran `vllm serve`: its own words say why.
+            gave_up = RAY_GAVE_UP.findall(await ops.logs(ranks[0][0], ranks[0][1].name, tail=50))
+            why += f"; the Ray head gave up: {gave_up[-1]}" if gave_up else ""
         raise _gate_failed(f"readiness gate failed at stage '{result.stage}': {why}", host_faults)
     # The head can serve a token while another rank is already gone (its host rebooted or was cut
     # off between two looks of the watcher): the lane is ready only if every rank still runs.

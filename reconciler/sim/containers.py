@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ import reconciler
 from reconciler.facts.labels import LABEL_RANK
 from reconciler.sim.registry import SimImage
 from reconciler.sim.sharedclient import KILLED, SharedStandinClient
+from reconciler.sim.standin_ray import ADDRESSES_ENV, address_map
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # what docker shows for "never"
 _PACKAGE_ROOT = str(Path(reconciler.__file__).resolve().parent.parent)
@@ -83,10 +85,10 @@ class SimContainer:
             env[key] = value
         return env
 
-    async def launch(self, address: str, work_dir: Path) -> None:
+    async def launch(self, address: str, work_dir: Path, peers: Mapping[str, str] | None = None) -> None:
         """Start the container's engine: a process of its own, or a socket in the shared stand-in."""
         if self.shared is None:
-            self.start(address, work_dir)
+            self.start(address, work_dir, peers)
             return
         await self.shared.open(
             self.id,
@@ -99,8 +101,10 @@ class SimContainer:
         self.pid = self.shared.pid
         self._mark_running()
 
-    def start(self, address: str, work_dir: Path) -> None:
-        """Spawn the stand-in for this container (argv list, own session, log to a file)."""
+    def start(self, address: str, work_dir: Path, peers: Mapping[str, str] | None = None) -> None:
+        """Spawn the stand-in for this container (argv list, own session, log to a file).
+
+        `peers` maps the addresses lanes renders (data plane, control) to the simulated hosts' own."""
         worker = self.worker
         argv = [sys.executable, "-m", "reconciler.sim.standin", "--bind", address]
         argv += ["--worker"] if worker else []
@@ -110,6 +114,8 @@ class SimContainer:
             "PYTHONPATH": _PACKAGE_ROOT,
             "STANDIN_PARENT_PID": str(os.getpid()),  # not in Config.Env: sim plumbing, not the image's
         }
+        if peers:
+            env[ADDRESSES_ENV] = address_map(peers)  # sim plumbing too
         env.update(self._env())
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(

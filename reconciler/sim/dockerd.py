@@ -56,6 +56,9 @@ class SimDockerDaemon:
         self.gpu_release_s = 0.0
         """How long an ended container's GPU context stays held; a test sets it to show the wait before a start."""
         self.gpu_held_until = 0.0
+        self.peers: Callable[[], dict[str, str]] = dict
+        """Rendered address -> simulated address of every host of the fleet (its fleet sets it), for the
+        stand-ins that reach another host by the address lanes rendered (a Ray worker joining its head)."""
         self.driver_cuda: Callable[[], str | None] = lambda: "13.0"
         """The CUDA version the host's driver supports, as nvidia-smi says (the runtime hands over its facts')."""
         self.device_paths: Callable[[], Collection[str]] = lambda: {"/dev/infiniband"}
@@ -234,7 +237,7 @@ class SimDockerDaemon:
             self.spawned.append(container)
             return 0, cid + "\n", stderr
         try:
-            await container.launch(self.address, self.work_dir)
+            await container.launch(self.address, self.work_dir, self.peers())
         except SharedStandinError as exc:
             # As when dockerd cannot reach containerd: the container exists, created, never started, and
             # docker has already printed its id; inspect shows ExitCode 128 and the error.

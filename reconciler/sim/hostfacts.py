@@ -229,9 +229,10 @@ class SimHostFacts:
 
 
 def apply_state(fleet: SimFleet, desired: DesiredState) -> None:
-    """Each simulated host's data plane as its host file says (interface, address, RoCE device), so the
-    simulator agrees with the fleet state until a test changes one side."""
+    """Each simulated host's data plane as its host file says (interface, address, RoCE device), and the
+    address the file gives it, so the simulator agrees with the fleet state until a test changes one side."""
     for name, host in desired.hosts.items():
         if name in fleet.names:
             ports = [(p.interface, p.address, p.hca) for p in host.data_plane]
             fleet.runtime(name).facts.info.set_data_plane(ports)
+            fleet.control_addresses[name] = host.address

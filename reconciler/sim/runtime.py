@@ -34,6 +34,7 @@ from reconciler.sim.hostfacts import GIB, EnvFile, SimHostFacts
 from reconciler.sim.netstat import ListeningTable
 from reconciler.sim.registry import SimRegistry
 from reconciler.sim.sharedclient import SharedStandinClient
+from reconciler.sim.standin_ray import engine_argv
 
 
 class SimContainerRuntime:
@@ -91,7 +92,7 @@ class SimContainerRuntime:
         c = self.daemon.containers.get(name)
         if c is None or c.labels.get(LABEL_RANK, "0") != "0":
             return None
-        return scan_engine_argv(c.entrypoint + c.cmd).port
+        return scan_engine_argv(engine_argv(c.entrypoint + c.cmd)).port  # a Ray head: its vllm serve
 
     @staticmethod
     def wants_stdin(argv: Sequence[str]) -> bool:

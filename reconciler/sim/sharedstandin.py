@@ -40,6 +40,7 @@ from typing import Any, BinaryIO
 
 from reconciler.sim.engineargs import Behaviour, engine_refusal, scan_engine_argv
 from reconciler.sim.standin_http import Engine, StandinServer
+from reconciler.sim.standin_ray import ray_head
 
 
 class _Listener(StandinServer):
@@ -182,6 +183,12 @@ class SharedStandin:
             for line in text.splitlines():
                 container.log(line)
             self._exited(container, status)
+            return
+        if ray_head(argv) is not None:
+            # Its nodes' joins are played by per-container stand-ins only (standin_ray): rather than serve
+            # with no cluster behind it, a Ray head here ends at once, never ready, and says why.
+            container.log("a Ray lane's head needs its nodes to join, which the shared stand-in does not play")
+            self._exited(container, 1)
             return
         args = scan_engine_argv(argv)
         if behaviour.crash_after_s is not None:

@@ -209,6 +209,9 @@ class SimFleet:
         # A big (shared stand-in) fleet reads the kernel's socket table once a second for all its hosts,
         # not once per probe; the engines' sockets change only through docker commands, which refresh it.
         self.ports = ListeningTable(max_age_s=1.0 if shared_standin else 0.0)
+        self.control_addresses: dict[str, str] = {}
+        """Host name -> the address its host file gives (`hostfacts.apply_state` sets it): what lanes renders
+        for a rank's rendezvous where a lane has no data-plane path, reached here on the host's own address."""
 
     async def __aenter__(self) -> SimFleet:
         await self.start()
@@ -235,6 +238,7 @@ class SimFleet:
                 runtime = SimContainerRuntime(
                     name, address, self.registry, self.work_dir / name, shared=self.standin, ports=self.ports
                 )
+                runtime.daemon.peers = self.peer_addresses
                 host = SimHost(
                     name,
                     address,
@@ -277,6 +281,17 @@ class SimFleet:
 
     def host(self, name: str) -> SimHost:
         return self._hosts[name]
+
+    def peer_addresses(self) -> dict[str, str]:
+        """Every address a host holds (its data-plane addresses as its facts say now, its own) -> the
+        simulated address it is reached on: where a rank goes that dials another host's rendered address."""
+        pairs = {address: self._hosts[name].address for name, address in self.control_addresses.items()}
+        for host in self._hosts.values():
+            pairs[host.address] = host.address
+            for link in host.runtime.facts.info.links.values():
+                for cidr in link.ipv4 if link.operstate == "up" else ():  # no carrier: not reached on it
+                    pairs[cidr.partition("/")[0]] = host.address
+        return pairs
 
     def runtime(self, name: str) -> SimContainerRuntime:
         return self._hosts[name].runtime

@@ -3,7 +3,9 @@
 Spawned as one real process per simulated container (and used as the
 entrypoint inside real podman containers in the rig), in place of vLLM or
 SGLang. Head ranks serve HTTP (see `standin_http`); `--worker` ranks of
-multi-node lanes only stay alive, as Ray or `--headless` workers do. SIGTERM
+multi-node lanes only stay alive, as `--headless` workers do. A Ray lane's
+head first waits until every rank's node has joined, and its workers join it
+(`standin_ray`), as lanes' Ray head script and `ray start` do. SIGTERM
 exits 0 promptly; the lifecycle lines printed here are what `docker logs`
 shows. Stdlib only, so a container "starts" in a fraction of a second.
 
@@ -25,6 +27,14 @@ from types import FrameType
 
 from reconciler.sim.engineargs import Behaviour, engine_refusal, scan_engine_argv
 from reconciler.sim.standin_http import Engine, StandinServer
+from reconciler.sim.standin_ray import (
+    ScriptFailedError,
+    engine_argv,
+    join,
+    ray_head,
+    ray_worker,
+    wait_for_nodes,
+)
 
 
 def log(message: str) -> None:
@@ -94,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(text)
         sys.stderr.flush()
         return status
-    args = scan_engine_argv(rest)
+    args = scan_engine_argv(engine_argv(rest))
     signal.signal(signal.SIGTERM, _on_sigterm)
     if behaviour.crash_after_s is not None:
         _crash_later(behaviour.crash_after_s)
@@ -102,9 +112,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         _exit_with_parent(int(os.environ["STANDIN_PARENT_PID"]))
     try:
         if worker:
+            node = ray_worker(rest)
+            if node is not None:
+                join(node, dict(os.environ), log)  # a Ray worker's node: joins its head, never returns
             log(f"worker rank of {args.served_name} started; no HTTP")
             while True:
                 time.sleep(3600)
+        head = ray_head(rest)
+        if head is not None:
+            # The Ray head's script: `vllm serve` only once every node joined (the GCS stays up meanwhile).
+            try:
+                wait_for_nodes(head, bind or head.address, log)  # its accept thread keeps the GCS up
+            except ScriptFailedError as exc:
+                sys.stderr.write(exc.stderr)
+                sys.stderr.flush()
+                return exc.status
         time.sleep(behaviour.port_delay_s)
         host = bind or args.host
         try:

@@ -1,0 +1,71 @@
+"""An apply of a Ray lane against simulated Sparks: the head serves once every node joined, and the gate
+records how long that took (`ray_join`); a head whose nodes do not all join fails the gate, saying so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reconciler.engines import vllm
+from reconciler.execute.gate import RAY_GAVE_UP
+from tests.support.example import EUGR, EUGR_HOSTS
+from tests.support.world import World
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+LATE_S = 1.5
+
+
+async def test_an_apply_of_a_ray_lane_records_how_long_its_head_waited_for_its_nodes(world: World) -> None:
+    await world.cycle()
+    # The head starts first (a Ray lane's start order), the workers after it; dgx7's `docker run` takes
+    # LATE_S longer, so the head waits at least that long for its third node before `vllm serve`.
+    world.slow([EUGR_HOSTS[2]], "docker run", LATE_S)
+    world.commit("eugr: ray", {EUGR: {"launcher": "ray"}})
+
+    result = await world.cycle()
+
+    eugr = next(r for r in result.results if r.lane == EUGR)
+    assert eugr.result == "applied", eugr.error
+    record = world.store.lane(EUGR)
+    assert record is not None and record.health == "healthy"
+    joined = record.timings.get("ray_join")
+    assert joined is not None, record.timings
+    # The head's check prints one decimal; it cannot have seen all three nodes before dgx7's started.
+    assert LATE_S - 0.1 <= joined < LATE_S + 5, joined
+    assert joined <= record.timings["to_port"]  # `vllm serve` (the port) only after the join
+
+
+async def test_a_ray_lane_whose_worker_does_not_join_in_time_fails_its_gate_saying_so(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.cycle()
+    # The head gives up after 1 s (the rendered wait, shortened from 600 s); dgx7's container starts 4 s
+    # after the others, so its node joins no head in time.
+    monkeypatch.setattr(vllm, "RAY_JOIN_TIMEOUT_S", 1)
+    world.slow([EUGR_HOSTS[2]], "docker run", 4.0)
+    world.commit("eugr: ray", {EUGR: {"launcher": "ray"}})
+
+    result = await world.cycle()
+
+    eugr = next(r for r in result.results if r.lane == EUGR)
+    assert eugr.result in {"rolled-back", "failed"}, eugr
+    error = eugr.error or ""
+    assert "readiness gate failed" in error, error
+    assert f"lanes-{EUGR}-r0@{EUGR_HOSTS[0]} is exited" in error, error
+    assert "only 2 of 3 Ray nodes joined in 1 s" in error, error
+    record = world.store.lane(EUGR)
+    assert record is not None and "ray_join" not in (record.timings or {})
+
+
+def test_the_gate_reads_the_sentence_the_real_join_check_gives_up_with(tmp_path: Path) -> None:
+    # RAY_NODES_ALIVE itself against a stand-in `ray` module with one live node of the three wanted.
+    (tmp_path / "ray.py").write_text("def init(**kw): pass\ndef nodes(): return [{'Alive': True}, {'Alive': False}]\n")
+    done = subprocess.run([sys.executable, "-c", vllm.RAY_NODES_ALIVE, "3", "0"], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path)}, timeout=20, check=False)  # fmt: skip
+    assert done.returncode == 1
+    found = RAY_GAVE_UP.search(done.stderr)
+    assert found is not None and found.group() == "lanes: only 1 of 3 Ray nodes joined in 0 s", done.stderr
