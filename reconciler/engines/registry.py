@@ -29,6 +29,25 @@ RENDERERS: Mapping[str, Renderer] = MappingProxyType(
     }
 )
 START_ORDERS: Mapping[str, StartOrder] = MappingProxyType({"vllm": vllm.start_groups})
+"""Engines whose ranks must not all start at once. Only a vLLM Ray lane is one: its workers' `ray start
+--address` joins a GCS that the head's `ray start --head` opens, and the head waits for them.
+
+SGLang (`--dist-init-addr HEAD:PORT`) and native multi-node vLLM (`--master-addr/--master-port`, workers
+`--headless`) start all ranks together, on purpose. Both rendezvous through torch.distributed's TCP store,
+which rank 0 hosts: sglang 0.5.19 `srt/distributed/bootstrap.py` `_resolve_dist_init_method` turns
+`--dist-init-addr` into `tcp://HEAD:PORT` for `torch.distributed.init_process_group` (parallel_state.py
+`init_distributed_environment`); vllm 0.32.0 `distributed/parallel_state.py` does the same with
+master_addr:master_port when nnodes > 1. torch's tcp:// rendezvous (torch 2.13 `distributed/rendezvous.py`
+`_create_c10d_store`) makes rank 0 the store's server and every other rank a client that keeps retrying
+its connect until the process group's timeout (measured with torch 2.13: a rank started 5 s before rank 0
+joined it; with no rank 0 it gave up after its timeout), and rank 0 waits for the others in turn. So
+either rank may come first: a worker before its head waits, as a head before its workers does.
+(SGLang's DP-attention handshake is the same shape: `data_parallel_controller.py`
+`_receive_ports_as_client` waits up to 10 min for node 0.) The launchers disagree with each other, which
+is consistent with the order not mattering: aidendle94/sparkrun-recipes `launch-sgl-dsv41.sh` starts
+ranks 3, 2, 1, 0 one `docker run -d` after another, while spark-arena/sparkrun
+`runtimes/_cluster_ops.py` `run_native_cluster` starts the head's serve first, waits for its init port,
+then the workers in parallel."""
 
 
 def render_rank(ctx: RankContext) -> ContainerSpec:
