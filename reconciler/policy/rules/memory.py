@@ -20,6 +20,7 @@ from reconciler.policy.context import Context
 from reconciler.policy.engine_memory import SEMANTICS, utilization
 from reconciler.policy.hardware import Capacity
 from reconciler.policy.hostmem import BootFree
+from reconciler.policy.rules.memcap import check_memory_cap
 from reconciler.policy.verdict import GIB, DetailValue, RankBudget, gib
 from reconciler.spec.lane import Lane
 
@@ -152,6 +153,7 @@ def _tokens_cap_sentence(plan: LaneBudget, where: str) -> str | None:
 
 def check_memory_budget(ctx: Context, rule: RuleSettings, plans: Mapping[str, LaneBudget]) -> None:
     params = BudgetParams.from_rule(rule)
+    denied: set[str] = set()
     for plan in plans.values():
         lane = plan.lane
         if plan.floor_reasons:
@@ -179,6 +181,7 @@ def check_memory_budget(ctx: Context, rule: RuleSettings, plans: Mapping[str, La
             memory_short = [r for r in ranks if r.need > r.budget or plan.kv_tokens_cap is None]
             text = _deny_sentence(plan, worst, _where(ranks)) if memory_short or not capped else capped
             ctx.report(rule, severity="deny", lane=lane, message=f"{text}; {hint}", detail=detail)
+            denied.add(lane.name)
             continue
         low = [r for r in plan.ranks if r.headroom < params.headroom_warn]
         if low:
@@ -196,6 +199,8 @@ def check_memory_budget(ctx: Context, rule: RuleSettings, plans: Mapping[str, La
                 ),
                 detail=_detail(plan, worst, low),
             )
+    # The container's memory cap against the host's memory and each rank's figures above (memcap.py).
+    check_memory_cap(ctx, rule, plans, denied)
 
 
 def check_boot_utilization(ctx: Context, rule: RuleSettings) -> None:
