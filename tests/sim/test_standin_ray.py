@@ -13,10 +13,12 @@ from reconciler.engines.ports import LanePorts, RayPorts
 from reconciler.engines.vllm import RAY_HEAD_ARGV0, RAY_HEAD_SCRIPT, RAY_JOIN_TIMEOUT_S, ray_join_seconds
 from reconciler.sim import standin_ray
 from reconciler.sim.engineargs import scan_engine_argv
+from reconciler.sim.registry import SimRegistry
+from reconciler.sim.sshd import SimFleet
 from reconciler.sim.standin_ray import engine_argv, ray_head, ray_worker
 from tests.support.example import EUGR, example_state, with_lane
 
-from .conftest import Spawn, free_port
+from .conftest import Eventually, Spawn, free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,3 +127,27 @@ def test_the_stand_in_reads_the_ray_lane_lanes_renders() -> None:
         assert worker is not None and (worker.head, worker.gcs_port) == (head.address, gcs)
     assert ray_worker([specs[0].entrypoint or "", *specs[0].command]) is None
     assert standin_ray.RAY_HEAD_ARGV0 == RAY_HEAD_ARGV0
+
+
+async def test_the_shared_stand_in_ends_a_ray_head_rather_than_serve_without_its_nodes(
+    registry: SimRegistry, tmp_path: Path, eventually: Eventually
+) -> None:
+    # Big fleets' one shared stand-in plays no Ray cluster: a head there must not become ready.
+    gcs, api = _two_ports()
+    image = registry.add("registry.lan:5000/vllm:ray").pinned
+    fleet = SimFleet(["a"], base_address="127.78.9.", registry=registry, work_dir=tmp_path / "f", shared_standin=True)
+    async with fleet:
+        rt = fleet.runtime("a")
+        head = _head_argv(gcs, api, 2, "30")[3:]  # without the stand-in's own options
+        run = ["docker", "run", "-d", "--name", "l-r0", "--label", "lanes.rank=0", "--entrypoint", head[0], image]
+        status, _, _ = await rt.execute([*run, *head[1:]])
+        assert status == 0
+
+        async def exited() -> bool:
+            _, out, _ = await rt.execute(["docker", "ps", "-a", "--filter", "name=l-r0", "--format", "{{.Status}}"])
+            return out.startswith("Exited (1)")
+
+        await eventually(exited, 5)
+        _, logs, _ = await rt.execute(["docker", "logs", "l-r0"])
+        assert "needs its nodes to join, which the shared stand-in does not play" in logs
+        assert api not in rt.listening_ports()
