@@ -71,7 +71,11 @@ def lane_network(lane: str, hosts: Sequence[Host]) -> tuple[RankNet, ...]:
             "(data_plane in the host file), and a multi-node lane's ranks meet only there",
             field="hosts",
         )
-    common = [p.subnet for p in hosts[0].data_plane if all(_ports_on(h, p.subnet) for h in hosts[1:])]
+    # Each subnet once: a host may have several ports on one subnet (both PCIe functions of a Spark's CX-7
+    # port, as sparkrun-recipes' launcher lists rocep1s0f0 and roceP2p1s0f0 on one fabric).
+    common = list(
+        dict.fromkeys(p.subnet for p in hosts[0].data_plane if all(_ports_on(h, p.subnet) for h in hosts[1:]))
+    )
     if common:
         return tuple(_shared(h, hosts[0], common) for h in hosts)
     for i, a in enumerate(hosts):

@@ -35,13 +35,16 @@ def test_example_lanes_render() -> None:
             assert spec.image in argv
 
 
-@pytest.mark.parametrize("name", ["dsv41-flash-1017-4x-sglang", "eugr-nightly-dsv41-3x", "glm53-mxfp4-fp8-4x-r39",
-                                  "minimax-m31-flash-4x-flare"])
+@pytest.mark.parametrize(
+    "name",
+    ["dsv41-flash-1017-4x-sglang", "eugr-nightly-dsv41-3x", "glm53-mxfp4-fp8-4x-r39", "minimax-m31-flash-4x-flare"],
+)
 def test_example_lane_golden(name: str) -> None:
     desired = load_desired(_state_files(), "e" * 40)
     lane = desired.lanes[name]
-    assert_golden(f"example-{name}", render_lane(lane, desired.models[lane.model], desired.fleet, desired.hosts,
-                                                 desired.commit))
+    assert_golden(
+        f"example-{name}", render_lane(lane, desired.models[lane.model], desired.fleet, desired.hosts, desired.commit)
+    )
 
 
 def test_production_lane_rendezvous_on_the_switch_fabric_not_the_ssh_address() -> None:
@@ -60,7 +63,8 @@ def test_production_lane_rendezvous_on_the_switch_fabric_not_the_ssh_address() -
         assert spec.command[spec.command.index("--dist-init-addr") + 1] == "192.168.100.11:28000"
         assert env["SGLANG_HOST_IP"] == fabric.ip != desired.hosts[lane.hosts[rank]].address
         assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("enp1s0f0np0", "enp1s0f0np0")
-        assert (env["NCCL_IB_HCA"], env["NCCL_IB_ADDR_RANGE"]) == ("rocep1s0f0", "192.168.100.0/24")
+        # Both PCIe functions of the cabled CX-7 port, as the lane's own launcher lists them (RDMA_HCAS).
+        assert (env["NCCL_IB_HCA"], env["NCCL_IB_ADDR_RANGE"]) == ("rocep1s0f0,roceP2p1s0f0", "192.168.100.0/24")
         assert "NCCL_IB_GID_INDEX" not in env  # NCCL picks it per node
         assert spec.privileged and (spec.shm_size, spec.memory, spec.oom_score_adj) == (None, "112g", 500)
     assert head.secret_env == ("HF_TOKEN",)

@@ -44,6 +44,27 @@ def test_ranks_on_a_shared_subnet_meet_on_rank0s_fabric_address(hosts: Mapping[s
     assert {n.ib_subnet for n in nets} == {"192.168.100.0/24"}
 
 
+def test_both_functions_of_one_cx7_port_on_one_subnet_give_rdma_two_devices_and_sockets_one_port() -> None:
+    # sparkrun-recipes' launch-sgl-dsv41.sh: NCCL_SOCKET_IFNAME=enp1s0f0np0,
+    # NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0, NCCL_IB_ADDR_RANGE the one fabric subnet.
+    def spark(name: str, last: int) -> Host:
+        return Host(
+            name=name,
+            address=f"10.0.0.{last}",
+            data_plane=(
+                DataPort(interface="enp1s0f0np0", address=f"192.0.2.{last}/24", hca="rocep1s0f0"),
+                DataPort(interface="enP2p1s0f0np0", address=f"192.0.2.{100 + last}/24", hca="roceP2p1s0f0"),
+            ),
+        )
+
+    nets = lane_network("x", [spark("a", 11), spark("b", 12)])
+    assert [n.own_address for n in nets] == ["192.0.2.11", "192.0.2.12"]
+    assert {n.head_address for n in nets} == {"192.0.2.11"}
+    assert {n.socket_ifnames for n in nets} == {("enp1s0f0np0",)}
+    assert {n.hcas for n in nets} == {("rocep1s0f0", "roceP2p1s0f0")}
+    assert {n.ib_subnet for n in nets} == {"192.0.2.0/24"}
+
+
 def test_hosts_with_no_shared_subnet_are_refused_naming_both() -> None:
     a = Host(name="a", address="10.0.0.1", data_plane=(DataPort(interface="p0", address="192.168.1.1/24"),))
     b = Host(name="b", address="10.0.0.2", data_plane=(DataPort(interface="p0", address="192.168.2.1/24"),))

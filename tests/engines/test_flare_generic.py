@@ -106,4 +106,3 @@ def test_flare_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer) 
 def test_generic_rank0_and_rank2_golden(make_lane: LaneFactory, render: Renderer) -> None:
     args = ["llama-server", "--model", MODEL_PATH, "--port", "8000", "--alias", "x; rm -rf /"]
     assert_golden("generic-4x", render(make_lane(engine="generic", args=args)))
-

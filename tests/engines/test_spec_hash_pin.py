@@ -36,11 +36,14 @@ REPO = Path(__file__).resolve().parents[2]
 # - issue 13, the contract's ulimits (--ulimit memlock=-1:-1, --ulimit stack=67108864) on privileged
 #   containers too: every rank of every lane of a privileged fleet (the example fleet's mode), all
 #   engines, restarts once on upgrade; rootless fleets (the rig) already had them and restart nothing.
+# - issue 13, the production hosts' placeholder fabric gains the second CX-7 function (roceP2p1s0f0) the
+#   lane's launcher lists: a state edit, so only the lanes on dgx1-4 (NCCL_IB_HCA) restart; an upgrade of
+#   lanes itself restarts nothing for it (a host with one port per subnet renders as before).
 PINNED: dict[str, tuple[str, ...]] = {
-    "dsv41-flash-1017-4x-sglang": ("fea0d615fe4a84bc", "b720fbf3c8daae40", "6f71229bdd97c53e", "00d80d9bcdf57eba"),
+    "dsv41-flash-1017-4x-sglang": ("342b17ff2866ec88", "63a7f81c9198190e", "b130efa72ba0aecd", "bd386f3e26426ad1"),
     "eugr-nightly-dsv41-3x": ("b74015ed9dd8e3a9", "3fa43096450a9691", "48d16f1273a88bb7"),
-    "glm53-mxfp4-fp8-4x-r39": ("4fbeab1a51823612", "e16c4c6d5874b77e", "daf26213a115d5c6", "5cc2d2fcafe00fb7"),
-    "minimax-m31-flash-4x-flare": ("f3ee4cee5fe5c989", "609f2a2124069b4a", "7fa156391913e540", "cb1bb0421ebae6bd"),
+    "glm53-mxfp4-fp8-4x-r39": ("61ba0c452f5ad8bb", "6e872e1a2667c569", "33ea280c9e0acf09", "5ace1e9cbcdf2425"),
+    "minimax-m31-flash-4x-flare": ("d2f801353e40d184", "139f7f06e75ac072", "4e75858d51b0ccce", "4ae166044dd16f12"),
 }
 """Lane -> spec hash of rank 0, 1, ... as rendered from `state/` (running and stopped lanes alike)."""
 

@@ -16,7 +16,7 @@ from tests.support.example import PRODUCTION, example_state
 pytestmark = pytest.mark.timeout(30)
 
 DESIRED = example_state()
-PROD_HOSTS = DESIRED.lanes[PRODUCTION].hosts  # dgx1-4: enp1s0f0np0 / rocep1s0f0 on 192.168.100.0/24
+PROD_HOSTS = DESIRED.lanes[PRODUCTION].hosts  # dgx1-4: enp1s0f0np0 / rocep1s0f0 (and roceP2p1s0f0) on 192.168.100.0/24
 
 
 def healthy(host: Host) -> HostInfo:
@@ -54,7 +54,7 @@ DGX2 = healthy(DESIRED.hosts["dgx2"])
 BROKEN: dict[str, tuple[HostInfo, str]] = {
     "link absent": (
         replace(DGX2, links=tuple(lk for lk in DGX2.links or () if lk.name != "enp1s0f0np0")),
-        "dgx2: data-plane interface enp1s0f0np0 is absent (the host has none)",
+        "dgx2: data-plane interface enp1s0f0np0 is absent (the host has enP2p1s0f0np0)",
     ),
     "link down": (_link(DGX2, "enp1s0f0np0", operstate="down"), "dgx2: enp1s0f0np0 is down, not up"),
     "other address": (
@@ -71,8 +71,8 @@ BROKEN: dict[str, tuple[HostInfo, str]] = {
     ),
     "small MTU": (_link(DGX2, "enp1s0f0np0", mtu=1500), "dgx2: enp1s0f0np0 has MTU 1500, below the fleet's 9000"),
     "HCA absent": (
-        replace(DGX2, rdma=()),
-        "dgx2: RoCE device rocep1s0f0 (for enp1s0f0np0) is absent (the host has none)",
+        replace(DGX2, rdma=tuple(d for d in DGX2.rdma or () if d.name != "rocep1s0f0")),
+        "dgx2: RoCE device rocep1s0f0 (for enp1s0f0np0) is absent (the host has roceP2p1s0f0)",
     ),
     "HCA down": (_hca(DGX2, "rocep1s0f0", port_state="1: DOWN"), "dgx2: rocep1s0f0 port 1 is 1: DOWN, not ACTIVE"),
     "HCA on another netdev": (
@@ -86,7 +86,7 @@ BROKEN: dict[str, tuple[HostInfo, str]] = {
     ),
     "no uverbs": (
         replace(DGX2, rdma_char_devices=()),
-        "dgx2: /dev/infiniband has no uverbs device (absent) while rocep1s0f0 is named for RDMA: "
+        "dgx2: /dev/infiniband has no uverbs device (absent) while rocep1s0f0, roceP2p1s0f0 are named for RDMA: "
         "no container can open them",
     ),
 }
