@@ -101,3 +101,10 @@ def test_the_example_fleet_cap_fits_its_sparks_and_lanes() -> None:
     # and over what every example lane's ranks take.
     verdict = evaluate(repo_state("HEAD"), repo_policies())
     assert capped(verdict) == []
+
+
+def test_an_engine_not_known_to_fill_its_budget_is_held_to_its_need_only() -> None:
+    # A generic engine is given no fraction: its need (10 GiB + KV + rules.yaml overhead_gib.generic 4 GiB,
+    # about 14 GiB) under a 17 GiB cap is fine, although 0.5 x 100 GiB would not be.
+    assert capped(run("17g", engine="generic", args=("serve",))) == []
+    assert capped(run("13g", engine="generic", args=("serve",)))

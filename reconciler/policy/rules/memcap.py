@@ -9,8 +9,8 @@ between two figures:
 - at or above what the rank takes: GB10's memory is one pool for CPU and GPU, so the weights, the KV
   cache and the runtime all count against it. The engine allocates its whole budget at start (vLLM's
   KV cache fills --gpu-memory-utilization x total; SGLang's static pool is --mem-fraction-static x free,
-  its activations and CUDA graphs outside it), so a cap under the rank's need (or under its budget)
-  is a container killed while it loads or at its first long request.
+  its activations and CUDA graphs outside it; FILLS_BUDGET), so a cap under the rank's need (or under
+  its budget) is a container killed while it loads or at its first long request.
 
 The rank's figures are the memory-budget rule's own (budget.py), so the cap is judged in the engine's
 terms. One finding per lane and check, naming the lane's file, the fleet field and both figures.
@@ -42,12 +42,22 @@ def docker_bytes(text: str) -> int | None:
     return int(found.group(1)) * _DOCKER_UNITS[found.group(2)] if found else None
 
 
+FILLS_BUDGET = frozenset({"vllm", "sglang"})
+"""Engines known to allocate their whole budget at start. vllm 0.32.0 vllm/v1/worker/gpu_worker.py
+`determine_available_memory`: the KV cache gets requested_memory (ceil(utilization x total)) less the
+non-KV memory and CUDA graphs. sglang 0.5.19 srt/mem_cache/kv_cache_configurator.py
+`_profile_available_bytes`: the pool gets what is free after the weights less (1 - mem_fraction_static) x
+the free memory before them, so weights and pool fill mem_fraction_static x free. FLARE publishes no memory
+semantics and a generic lane's engine gets no fraction: for them only the need is held against the cap."""
+
+
 def takes(plan: LaneBudget, rank: RankBudget) -> int:
     """What the rank's engine holds once started: its whole budget, and SGLang's overhead outside it.
 
     Where the lane sizes the KV cache itself (vLLM --kv-cache-memory-bytes, SGLang --max-total-tokens) the
-    engine allocates that instead of filling its budget: then what it holds is what it needs."""
-    if plan.kv_bytes is not None or plan.kv_tokens_cap is not None:
+    engine allocates that instead of filling its budget, and an engine not known to fill its budget is
+    taken at its need: then what it holds is what it needs."""
+    if plan.kv_bytes is not None or plan.kv_tokens_cap is not None or plan.lane.engine not in FILLS_BUDGET:
         return needs(rank)
     return rank.budget + (0 if rank.overhead_inside else rank.overhead)
 
