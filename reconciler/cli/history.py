@@ -2,13 +2,17 @@
 
 Git says who changed what and when; the journal (`applies`) says what the
 daemon did with each commit: applied, denied by a rule, failed with an
-error, rolled back, with timings. Where there is no journal at hand (a
+error, rolled back, with timings, and what had drifted when it repaired
+drift. An apply at a head that did not change the lane (a drift repair at
+a resync, most often) is shown under the lane's newest change at or
+before that head, the change whose spec it applied. Where there is no journal at hand (a
 laptop clone), the verdict notes the daemon pushed (`refs/notes/lanes`) say
 the same, so both are shown.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import sqlite3
@@ -16,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
+import pygit2
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -23,7 +28,7 @@ from rich.text import Text
 
 from reconciler.cli.common import err_console, fail, handle_errors
 from reconciler.cli.tables import Column, print_table
-from reconciler.source.gitread import open_repo
+from reconciler.source.gitread import open_repo, resolve
 from reconciler.source.history import LaneChange, change_to_json, history, show_value
 from reconciler.source.notes import parse_note
 
@@ -93,9 +98,47 @@ def _note_verdicts(change: LaneChange) -> list[dict[str, Any]]:
     return out
 
 
-def entry_json(change: LaneChange, applies: Applies) -> dict[str, Any]:
+def first_parent_order(repository: pygit2.Repository, rev: str) -> dict[str, int]:
+    """commit -> its place on the first-parent line from `rev` (0: `rev` itself), as `history` walks it."""
+    order: dict[str, int] = {}
+    commit: pygit2.Commit | None = resolve(repository, rev)
+    while commit is not None:
+        order[str(commit.id)] = len(order)
+        commit = commit.parents[0] if commit.parents else None
+    return order
+
+
+def applies_by_change(changes: list[LaneChange], applies: Applies, order: dict[str, int]) -> dict[str, list[Any]]:
+    """The journal's applies of one lane, by the change (commit) they belong to: their own commit's when it
+    changed the lane, else the newest change of the lane at or before it, as evidence is attached.
+
+    The daemon applies at the head, which most often changed another lane or nothing of this one: a drift
+    repair at a resync, a retry. Such an apply belongs to the change whose spec it applied. Applies at a
+    commit off the first-parent line (another branch) go only with their own commit.
+    """
+    if not changes:
+        return {}
+    lane = changes[0].lane
+    own = {c.commit for c in changes}
+    places = sorted((order[c.commit], c.commit) for c in changes if c.commit in order)
+    out: dict[str, list[Any]] = {}
+    for (name, commit), rows in applies.items():
+        if name != lane:
+            continue
+        target = commit if commit in own else None
+        if target is None and commit in order:
+            at = bisect.bisect_left(places, (order[commit], ""))
+            target = places[at][1] if at < len(places) else None
+        if target is not None:
+            out.setdefault(target, []).extend(rows)
+    for rows in out.values():
+        rows.sort(key=lambda row: float(row.get("started") or 0.0))
+    return out
+
+
+def entry_json(change: LaneChange, applies: list[dict[str, Any]]) -> dict[str, Any]:
     data = change_to_json(change)
-    data["applies"] = applies.get((change.lane, change.commit), [])
+    data["applies"] = applies
     data["verdicts"] = _note_verdicts(change)
     return data
 
@@ -120,6 +163,8 @@ def _outcome(entry: dict[str, Any]) -> str:
         result = str(row.get("result") or "?")
         color = _COLORS.get(result, "cyan")
         text = f"[{color}]{result}[/]"
+        if row.get("commit") and row["commit"] != entry["commit"]:
+            text += f" at {str(row['commit'])[:12]}"  # a later head that left this change's spec as it was
         total = (row.get("timings") or {}).get("total")
         if total is not None:
             text += f" in {float(total):.1f} s"
@@ -232,7 +277,11 @@ def history_cmd(
     if problem and (db is not None or DEFAULT_DB.exists()):
         # Said on stderr so `--json` stays one object; the notes in git still say what the daemon did.
         err_console.print(f"[yellow]warning:[/] {escape(problem)}; showing git history and notes only", highlight=False)
-    lanes = {name: [entry_json(c, applies) for c in changes[name]] for name in sorted(changes)}
+    order = first_parent_order(repository, rev)
+    lanes = {}
+    for name in sorted(changes):
+        attached = applies_by_change(changes[name], applies, order)
+        lanes[name] = [entry_json(c, attached.get(c.commit, [])) for c in changes[name]]
     if as_json:
         print(json.dumps({"lanes": lanes}, indent=2, default=str))
     else:

@@ -29,7 +29,7 @@ from reconciler.execute.secrets import SecretStore
 from reconciler.source.gitread import open_repo
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
-from reconciler.store.status import drift_text, held_text, staging_text, status_rows
+from reconciler.store.status import held_text, staging_text, status_rows, trouble_text
 from reconciler.transport.ssh import SSHTransport
 from reconciler.upstream.ancestry import fix_ancestry
 
@@ -104,7 +104,7 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
                 ",".join(r["hosts"]),
                 f"{ready:.1f} s" if ready else "",
                 " ".join(v for k, v in r.get("evidence", {}).items() if k in {"pp", "tg"}),
-                staging_text(r.get("staging")) or held_text(r) or r["last_error"] or drift_text(r.get("drift")),
+                staging_text(r.get("staging")) or held_text(r) or trouble_text(r),
             ]
         )
     print_table(console, columns, table, title=Text("lanes", style="bold"))

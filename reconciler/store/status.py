@@ -25,6 +25,17 @@ def drift_text(drift: dict[str, Any] | None) -> str:
     return "repaired: " + "; ".join(parts)
 
 
+def trouble_text(row: dict[str, Any]) -> str:
+    """A status row's last error and the last drift repaired, both: a later error does not hide what drifted.
+
+    The drift is left out when the error already names it (a held lane's serving spec put back says so).
+    """
+    error, drift = row.get("last_error") or "", drift_text(row.get("drift"))
+    if drift and drift.removeprefix("repaired: ") in error:
+        drift = ""
+    return "; ".join(part for part in (error, drift) if part)
+
+
 def instant_text(epoch: float | None) -> str | None:
     """An instant as people and tools read it: ISO 8601 in UTC, to the second."""
     if epoch is None:
