@@ -16,7 +16,7 @@ from reconciler.cli import demo as demo_cmd
 from reconciler.cli import exitcodes
 from reconciler.cli import history as history_cmd
 from reconciler.cli import hosts as hosts_cmd
-from reconciler.cli import modelfacts as modelfacts_cmd
+from reconciler.cli import modelmanifest as modelmanifest_cmd
 from reconciler.cli import models as models_cmd
 from reconciler.cli import modelsync as modelsync_cmd
 from reconciler.cli import reconcile as reconcile_cmd
@@ -119,7 +119,7 @@ model_app = typer.Typer(
     help="Model files: figures and manifests from a checkpoint; model files on the hosts.", no_args_is_help=True
 )
 model_app.command("describe")(schema_cmd.model_describe)
-model_app.command("facts")(modelfacts_cmd.model_facts)
+model_app.command("manifest")(modelmanifest_cmd.model_manifest)
 model_app.command("status")(models_cmd.model_status_cmd)
 model_app.command("unused")(models_cmd.model_unused_cmd)
 model_app.command("remove")(models_cmd.model_remove_cmd)

@@ -1,4 +1,4 @@
-"""A checkpoint folder on the control node, read for `lanes model facts`: its files, their sha256, its revision.
+"""A checkpoint folder on the control node, read for `lanes model manifest`: its files, their sha256, its revision.
 
 Which files make the model: every regular file under the folder, by its path relative to it, with
 symlinks to files followed (a Hugging Face cache snapshot is a folder of links into `../../blobs`; the
@@ -167,23 +167,23 @@ def find_index(paths: Iterable[str]) -> str | None:
 
 
 @dataclass(frozen=True)
-class IndexFacts:
+class IndexSummary:
     shards: tuple[str, ...]
     total_size: int | None
     """metadata.total_size: the bytes of the tensors (what a model file's weight_bytes records)."""
 
 
-def read_index(folder: Folder, index: str) -> IndexFacts:
+def read_index(folder: Folder, index: str) -> IndexSummary:
     """The shards the index maps tensors to; every one must be a file of the folder."""
     path = folder.files[index][0]
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the safetensors index: {exc}", file=str(path)) from None
-    return index_facts(text, index, folder.files, str(path))
+    return index_summary(text, index, folder.files, str(path))
 
 
-def index_facts(text: str, index: str, files: Collection[str], where: str) -> IndexFacts:
+def index_summary(text: str, index: str, files: Collection[str], where: str) -> IndexSummary:
     """The index's shards (each must be one of `files`) and its total_size; `where` names it in errors."""
     try:
         data = json.loads(text)
@@ -204,4 +204,4 @@ def index_facts(text: str, index: str, files: Collection[str], where: str) -> In
         )
     metadata = data.get("metadata")
     total = metadata.get("total_size") if isinstance(metadata, Mapping) else None
-    return IndexFacts(shards, int(total) if isinstance(total, int | float) and not isinstance(total, bool) else None)
+    return IndexSummary(shards, int(total) if isinstance(total, int | float) and not isinstance(total, bool) else None)

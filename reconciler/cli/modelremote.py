@@ -1,4 +1,4 @@
-"""`lanes model facts MODEL --from HOST:DIR`: the manifest of a folder on a fleet origin (a NAS) or host.
+"""`lanes model manifest MODEL --from HOST:DIR`: the manifest of a folder on a fleet origin (a NAS) or host.
 
 The folder is hashed where it is, by the host-side model check script in its hash mode
 (`reconciler.facts.modelcheck`, one SSH command with the reconciler's key and pinned host keys): the
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from reconciler.cli.byteprogress import human_seconds
-from reconciler.cli.modelfacts import choose_revision, weight_warning
-from reconciler.cli.modelhash import find_index, index_facts, left_out
+from reconciler.cli.modelhash import find_index, index_summary, left_out
+from reconciler.cli.modelmanifest import choose_revision, weight_warning
 from reconciler.cli.schema import HF_SNAPSHOT
 from reconciler.errors import InputError
 from reconciler.facts.modelcheck import TreeHash, hash_input, modelcheck_argv, parse_tree_hash
@@ -82,7 +82,7 @@ async def _hash_remote(
         await transport.close()
 
 
-def facts_from_host(
+def manifest_from_host(
     tree: Path,
     state_dir: str,
     model: ModelSpec,
@@ -131,9 +131,9 @@ def facts_from_host(
     layout = (snapshot["sha"], "the snapshot folder's name") if snapshot else (None, "")
     revision, revision_from = choose_revision(layout, asked_revision, model, warnings)
     index = find_index(files)
-    facts = index_facts(index_text or "", index, files, f"{host}:{root}/{index}") if index is not None else None
+    summary = index_summary(index_text or "", index, files, f"{host}:{root}/{index}") if index is not None else None
     manifest = manifest_of(model.name, revision, index, files)
-    problem = weight_warning(model, manifest, facts.total_size if facts else None)
+    problem = weight_warning(model, manifest, summary.total_size if summary else None)
     if problem:
         warnings.append(problem)
     return manifest, seconds, revision_from, warnings, sorted(dropped)

@@ -71,7 +71,8 @@ def status_pairs(desired: DesiredState, model: str | None, hosts: list[str]) -> 
     for name in names:
         if name not in desired.manifests:
             raise InputError(
-                f"model '{name}' has no manifest to check against: write it with `lanes model facts {name} --from DIR`",
+                f"model '{name}' has no manifest to check against: "
+                f"write it with `lanes model manifest {name} --from DIR`",
                 field="MODEL",
             )
         on = hosts or model_hosts(desired, name)

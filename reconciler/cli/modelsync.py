@@ -42,7 +42,7 @@ def sync_step(desired: DesiredState, model: str, hosts: list[str]) -> StageModel
         raise InputError(f"no model {model} in the state (known: {known})", field="MODEL")
     users = [lane for lane in desired.lanes.values() if lane.model == model]
     if spec.origin is None or model not in desired.manifests:
-        what = "an origin:" if spec.origin is None else "a manifest (lanes model facts)"
+        what = "an origin:" if spec.origin is None else "a manifest (lanes model manifest)"
         raise InputError(f"model {model} has no {what}: there is nothing to stage it from", field="MODEL")
     if not users and not hosts:
         raise InputError(f"no lane serves model {model}: name the hosts to stage it on with --hosts", field="--hosts")

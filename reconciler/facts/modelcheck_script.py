@@ -1,7 +1,7 @@
 """The program a host runs to say which of a model's files it holds, and how much of the others.
 
 Staging (`reconciler/execute/staging.py`) asks each receiver, before and
-after copying, what it holds of a model's manifest; `lanes model facts`
+after copying, what it holds of a model's manifest; `lanes model manifest`
 asks an origin folder for every file it holds with its size and sha256. One
 self-contained script does both, on the host's own `python3` (3.8 or later,
 stdlib only, as `probe_script.py`), and prints one JSON object. It never

@@ -6,7 +6,7 @@ folder beside the models; the host then answers exactly the commands lanes sends
 
 - the model check (`reconciler.facts.modelcheck`): check a manifest's files, or hash every file;
 - the model folders listing and removal (`reconciler.facts.modelfolders`);
-- `head -c N -- FILE`, which `lanes model facts HOST:DIR` uses to read a safetensors index.
+- `head -c N -- FILE`, which `lanes model manifest HOST:DIR` uses to read a safetensors index.
 
 The argv must be what the builders in `reconciler.facts` make and the JSON on stdin must hold only the
 fields they write; anything else is refused with exit 2, as a drift between the two must show. Nothing

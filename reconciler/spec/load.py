@@ -233,7 +233,7 @@ def _check_model_origins(
         if name not in manifests:
             raise InputError(
                 f"a model with an origin needs its manifest {state_dir}/models/{name}{MANIFEST_SUFFIX} (every file "
-                f"with its size and sha256): write it with `lanes model facts {name} --from DIR` and commit it",
+                f"with its size and sha256): write it with `lanes model manifest {name} --from DIR` and commit it",
                 file=path,
                 line=parse_yaml(path, files[path]).line(("origin",)),
                 field="origin",

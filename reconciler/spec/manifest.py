@@ -2,7 +2,7 @@
 
 Staging makes each rank host hold exactly these files, and a host "has" a model only when every file
 matches by size and checksum, so the manifest is the definition of the model's bytes. It is written by
-`lanes model facts` from a folder that holds the checkpoint and kept in git beside the model file, so a
+`lanes model manifest` from a folder that holds the checkpoint and kept in git beside the model file, so a
 change of checkpoint is a reviewed commit like any other. It also records the safetensors index file
 name and the Hugging Face revision the files came from.
 
@@ -187,7 +187,7 @@ _FIELD_FIRST = re.compile(r"^(?P<field>files\[\d+\]\.path|total_bytes|index): (?
 
 
 def render_manifest(manifest: Manifest) -> str:
-    """The manifest as `lanes model facts` writes it: fixed key order, one file per line (short diffs)."""
+    """The manifest as `lanes model manifest` writes it: fixed key order, one file per line (short diffs)."""
 
     def one(value: object) -> str:
         return json.dumps(value, ensure_ascii=False)

@@ -119,7 +119,7 @@ class ModelSpec(StrictModel):
         default=None,
         description="where the files come from when a rank host lacks them: a folder on the control node "
         "({path}), on an origin host ({host, path}) or a fleet host holding it at `path` ({host}); needs "
-        "the manifest `lanes model facts` writes beside this file (<model>.manifest.json)",
+        "the manifest `lanes model manifest` writes beside this file (<model>.manifest.json)",
     )
 
     @field_validator("revision", mode="before")

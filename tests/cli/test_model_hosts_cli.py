@@ -1,4 +1,4 @@
-"""`lanes model status`, `unused`, `remove` and `facts --from HOST:DIR` against simulated Sparks, over SSH.
+"""`lanes model status`, `unused`, `remove` and `manifest --from HOST:DIR` against simulated Sparks, over SSH.
 
 Each simulated host holds the model files a test puts there (`reconciler.sim.modelfiles`); the real
 commands ask them with the real argv and stdin, and every figure expected here is worked out from the
@@ -168,14 +168,14 @@ async def test_unused_lists_folders_nothing_uses_and_remove_takes_only_those(fle
     assert code == 2 and "does not list" in out["error"]
 
 
-async def test_facts_from_a_host_hash_there_and_read_its_index(fleet: SimFleet) -> None:
+async def test_manifest_from_a_host_hash_there_and_read_its_index(fleet: SimFleet) -> None:
     models_on(fleet, "spark3").put(ROOT, {**FILES, ".git/HEAD": b"ref: refs/heads/main\n"})
     repo = fleet.repo
     for rel, data in with_origin(fleet.files()).items():  # the work tree the command writes into
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_bytes(data)
     (repo / "state/models/qwen.manifest.json").unlink()
-    code, out, err = await lanes_json(fleet, "model", "facts", "qwen", "--from", f"spark3:{ROOT}")
+    code, out, err = await lanes_json(fleet, "model", "manifest", "qwen", "--from", f"spark3:{ROOT}")
     assert code == 0, err
     assert (out["files"], out["total_bytes"], out["index"], out["left_out"]) == (
         4,
@@ -190,18 +190,18 @@ async def test_facts_from_a_host_hash_there_and_read_its_index(fleet: SimFleet) 
     assert [r["mode"] for r in models_on(fleet, "spark3").requests] == ["hash"]
 
 
-async def test_facts_from_a_host_without_the_folder_is_bad_input(fleet: SimFleet) -> None:
+async def test_manifest_from_a_host_without_the_folder_is_bad_input(fleet: SimFleet) -> None:
     repo = fleet.repo
     for rel, data in fleet.files().items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_bytes(data)
-    code, out, _ = await lanes_json(fleet, "model", "facts", "qwen", "--from", "spark2:/srv/models/none")
+    code, out, _ = await lanes_json(fleet, "model", "manifest", "qwen", "--from", "spark2:/srv/models/none")
     assert code == 2 and out["field"] == "--from" and "has no folder /srv/models/none" in out["error"]
-    code, out, _ = await lanes_json(fleet, "model", "facts", "qwen", "--from", "nas9:/x")
+    code, out, _ = await lanes_json(fleet, "model", "manifest", "qwen", "--from", "nas9:/x")
     assert code == 2 and "neither an origin" in out["error"]
     # A host that does not answer is not bad input: exit 1, naming it.
     await fleet.env.fleet.stop_host("spark2")
-    code, out, _ = await lanes_json(fleet, "model", "facts", "qwen", "--from", f"spark2:{ROOT}")
+    code, out, _ = await lanes_json(fleet, "model", "manifest", "qwen", "--from", f"spark2:{ROOT}")
     assert code == 1 and "spark2" in out["error"] and "unreachable" in out["error"]
 
 

@@ -103,7 +103,7 @@ def test_the_example_state_without_manifests_still_loads() -> None:
 def test_a_model_with_an_origin_needs_a_manifest() -> None:
     err = error(files_with("{host: dgx1}", None))
     assert (err.file, err.field) == (MODEL_FILE, "origin")
-    assert f"lanes model facts {MODEL} --from" in err.message
+    assert f"lanes model manifest {MODEL} --from" in err.message
     assert err.line is not None
 
 

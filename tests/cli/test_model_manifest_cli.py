@@ -1,4 +1,4 @@
-"""`lanes model facts MODEL --from DIR`: the manifest of a real folder, every sha256 computed here with hashlib.
+"""`lanes model manifest MODEL --from DIR`: the manifest of a real folder, every sha256 computed here with hashlib.
 
 The command runs as a person runs it (a process, in a pipe); its manifest is read back from the work tree,
 compared with the figures the test worked out, committed, and loaded as the reconciler loads state.
@@ -69,9 +69,9 @@ def repo(tmp_path: Path) -> Path:
     return path
 
 
-async def facts(repo: Path, source: Path | str, *extra: str) -> tuple[int, dict[str, Any], str]:
+async def manifest(repo: Path, source: Path | str, *extra: str) -> tuple[int, dict[str, Any], str]:
     code, out, err = await run_lanes(
-        "model", "facts", "qwen", "--from", str(source), "--repo", str(repo), "--json", *extra
+        "model", "manifest", "qwen", "--from", str(source), "--repo", str(repo), "--json", *extra
     )
     return code, json.loads(out), err
 
@@ -83,7 +83,7 @@ async def test_a_folders_manifest_lists_every_file_with_its_sha256(repo: Path, t
     (folder / ".git" / "HEAD").write_bytes(b"ref: refs/heads/main\n")
     (folder / ".lanes-partial").mkdir()
     (folder / ".lanes-partial" / "model-00002-of-00002.safetensors").write_bytes(b"half")
-    code, out, err = await facts(repo, folder)
+    code, out, err = await manifest(repo, folder)
     assert code == 0, err
     total = sum(len(d) for d in files.values())
     assert out["files"] == 5 and out["total_bytes"] == total
@@ -110,7 +110,7 @@ async def test_a_folders_manifest_lists_every_file_with_its_sha256(repo: Path, t
 
 async def test_a_person_reads_one_summary_line_and_what_to_do_next(repo: Path, tmp_path: Path) -> None:
     checkpoint(tmp_path / "qwen")
-    code, out, err = await run_lanes("model", "facts", "qwen", "--from", str(tmp_path / "qwen"), "--repo", str(repo))
+    code, out, err = await run_lanes("model", "manifest", "qwen", "--from", str(tmp_path / "qwen"), "--repo", str(repo))
     assert code == 0, err
     assert out.startswith("wrote state/models/qwen.manifest.json: 5 files, 5.0 MB")
     assert "review and commit it: git add state/models/qwen.manifest.json" in out
@@ -136,14 +136,14 @@ def hf_cache(tmp_path: Path) -> tuple[Path, Path, dict[str, bytes]]:
 async def test_a_hugging_face_cache_gives_the_revision_and_links_are_read_through(repo: Path, tmp_path: Path) -> None:
     cache, snapshot, files = hf_cache(tmp_path)
     for source, how in ((snapshot, "the snapshot folder's name"), (cache, "its refs/main")):
-        code, out, err = await facts(repo, source)
+        code, out, err = await manifest(repo, source)
         assert code == 0, err
         assert (out["revision"], out["revision_from"]) == (SNAPSHOT, how)
         # The model file pins another revision: said, not refused.
         assert any(f"pins revision {SHA} but these files are {SNAPSHOT}" in w for w in out["warnings"])
         doc = json.loads((repo / "state/models/qwen.manifest.json").read_text())
         assert doc["files"] == expected(files)
-    code, out, _ = await facts(repo, snapshot, "--revision", "f" * 40)
+    code, out, _ = await manifest(repo, snapshot, "--revision", "f" * 40)
     assert code == 2 and out["field"] == "--revision" and SNAPSHOT in str(out["error"])
 
 
@@ -153,7 +153,7 @@ async def test_hf_download_metadata_gives_the_revision(repo: Path, tmp_path: Pat
     meta = folder / ".cache" / "huggingface" / "download"
     meta.mkdir(parents=True)
     (meta / "config.json.metadata").write_text(f"{SNAPSHOT}\n{'a' * 40}\n1712656091.123\n")
-    code, out, err = await facts(repo, folder)
+    code, out, err = await manifest(repo, folder)
     assert code == 0, err
     assert (out["revision"], out["left_out"]) == (SNAPSHOT, [".cache/huggingface/"])
     assert "hf download metadata" in str(out["revision_from"])
@@ -163,7 +163,7 @@ async def test_an_index_naming_a_shard_the_folder_lacks_is_refused(repo: Path, t
     folder = tmp_path / "qwen"
     checkpoint(folder)
     (folder / "model-00002-of-00002.safetensors").unlink()
-    code, out, _ = await facts(repo, folder)
+    code, out, _ = await manifest(repo, folder)
     assert code == 2
     assert out["field"] == "weight_map" and str(out["file"]).endswith("model.safetensors.index.json")
     assert "model-00002-of-00002.safetensors" in str(out["error"])
@@ -172,14 +172,14 @@ async def test_an_index_naming_a_shard_the_folder_lacks_is_refused(repo: Path, t
 
 async def test_weight_bytes_that_disagree_with_the_index_are_warned_about(repo: Path, tmp_path: Path) -> None:
     checkpoint(tmp_path / "qwen", weight_total=9_000_000)
-    code, out, err = await facts(repo, tmp_path / "qwen")
+    code, out, err = await manifest(repo, tmp_path / "qwen")
     assert code == 0, err
     [warning] = out["warnings"]
     assert "weight_bytes is 4999810" in warning and "total_size is 9000000" in warning
 
 
 async def test_an_unknown_model_or_a_missing_folder_is_bad_input(repo: Path, tmp_path: Path) -> None:
-    code, text, _ = await run_lanes("model", "facts", "nope", "--from", str(tmp_path), "--repo", str(repo), "--json")
+    code, text, _ = await run_lanes("model", "manifest", "nope", "--from", str(tmp_path), "--repo", str(repo), "--json")
     assert code == 2 and json.loads(text)["field"] == "MODEL"
-    code, out, _ = await facts(repo, tmp_path / "absent")
+    code, out, _ = await manifest(repo, tmp_path / "absent")
     assert code == 2 and "not a folder" in out["error"]

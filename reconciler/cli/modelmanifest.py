@@ -1,4 +1,4 @@
-"""`lanes model facts MODEL --from DIR`: write the model's manifest from a folder that holds its checkpoint.
+"""`lanes model manifest MODEL --from DIR`: write the model's manifest from a folder that holds its checkpoint.
 
 The manifest (`state/models/<model>.manifest.json`, `reconciler.spec.manifest`) lists every file with
 its size and sha256, the safetensors index and the Hugging Face revision; staging copies and verifies
@@ -51,8 +51,8 @@ WEIGHT_TOLERANCE = 0.01
 
 
 @dataclass
-class Facts:
-    """What `facts` found, for the summary line and `--json`."""
+class Written:
+    """The manifest `lanes model manifest` wrote, for the summary line and `--json`."""
 
     manifest: Manifest
     written: str
@@ -151,7 +151,7 @@ def write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def facts_from_folder(
+def manifest_from_folder(
     model: ModelSpec, source: Path, asked_revision: str | None, workers: int, *, live: bool | None = None
 ) -> tuple[Manifest, float, str, list[str], list[str]]:
     """Scan, hash and describe a local folder: (manifest, seconds, revision source, warnings, left out)."""
@@ -160,7 +160,7 @@ def facts_from_folder(
     warnings: list[str] = []
     revision, revision_from = choose_revision(layout_revision(source, read), asked_revision, model, warnings)
     index = find_index(folder.files)
-    index_facts = read_index(folder, index) if index is not None else None
+    index_summary = read_index(folder, index) if index is not None else None
     meter = RateMeter(folder.total)
     started = time.monotonic()
     with ByteProgress(meter, f"hashing {len(folder.files)} files", sys.stderr, live=live):
@@ -170,14 +170,14 @@ def facts_from_folder(
         manifest = manifest_of(model.name, revision, index, hashed)
     except ValidationError as exc:  # paths were checked while scanning; this is a bug, said plainly
         raise InputError(f"cannot make a manifest: {exc}", file=str(source)) from None
-    problem = weight_warning(model, manifest, index_facts.total_size if index_facts else None)
+    problem = weight_warning(model, manifest, index_summary.total_size if index_summary else None)
     if problem:
         warnings.append(problem)
     return manifest, seconds, revision_from, warnings, folder.left_out
 
 
 @handle_errors
-def model_facts(
+def model_manifest(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="the model's name (state/models/MODEL.yaml)")],
     source: Annotated[
         str,
@@ -203,20 +203,20 @@ def model_facts(
     spec, _ = read_model(tree, state_dir, model)
     remote = REMOTE_RE.match(source)
     if remote is not None:
-        from reconciler.cli.modelremote import facts_from_host
+        from reconciler.cli.modelremote import manifest_from_host
 
-        manifest, seconds, revision_from, warnings, left_out = facts_from_host(
+        manifest, seconds, revision_from, warnings, left_out = manifest_from_host(
             tree, state_dir, spec, remote["host"], remote["path"], revision, workers, known_hosts, ssh_key
         )
     else:
-        manifest, seconds, revision_from, warnings, left_out = facts_from_folder(
+        manifest, seconds, revision_from, warnings, left_out = manifest_from_folder(
             spec, Path(source).expanduser(), revision, workers
         )
     rel = manifest_path(state_dir, model)
     write_atomically(tree / rel, render_manifest(manifest))
-    facts = Facts(manifest, rel, seconds, revision_from, warnings, left_out)
+    written = Written(manifest, rel, seconds, revision_from, warnings, left_out)
     if as_json:
-        print(json.dumps(facts.to_json(), indent=2))
+        print(json.dumps(written.to_json(), indent=2))
         return
     for warning in warnings:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
