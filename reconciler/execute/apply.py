@@ -5,13 +5,16 @@ one lane (a failed step, a bug in lanes itself) stops another lane or the
 cycle; it becomes that lane's result. Stops go first, since a deploy may need
 the hosts they free; stops and deploys on the same hosts end as one swap
 (`reconciler.execute.swap`), and a lane waits for the lanes its `after:` names.
-In-sync lanes are not taken on trust: their engine is asked once
-(`reconciler.execute.assess`) and their health follows the answer.
+A lane that serves is not taken on trust, whatever its plan says (in sync,
+or held: a failed spec, a backoff, a lease, a change window, a failed swap):
+its engine is asked once (`reconciler.execute.assess`), where the spec that
+serves passed its gate, and its health follows the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import structlog
@@ -24,12 +27,11 @@ from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent
 from reconciler.execute.secrets import SecretStore
 from reconciler.execute.swap import SwapRun, resume_restores
 from reconciler.execute.transaction import LaneTransaction, Shared
-from reconciler.plan.health import Outcome
-from reconciler.plan.planner import FAILED_BEFORE
+from reconciler.plan.health import LaneHealth, Outcome
 from reconciler.plan.steps import AcquireLeases, Cause, LanePlan, Plan
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
-from reconciler.store.journal import Store
+from reconciler.store.journal import LaneRecord, Store
 
 log = structlog.get_logger("lanes.execute")
 
@@ -170,9 +172,10 @@ class Executor:
             "hosts": lp.hosts,
         }
         error: str | None = lp.reason
+        health = lane.health if lane else Health()
         if lp.action == "noop" and lane is not None and lane.running:
             head = lp.specs[0][0]
-            error = await engine_answers(client, self.ops.targets[head].address, lane.port, lane.health)
+            error = await engine_answers(client, self.ops.targets[head].address, lane.port, health)
             outcome = Outcome.OBSERVED_READY if error is None else Outcome.OBSERVED_NOT_ANSWERING
             if error is not None:
                 error = f"every rank runs, but the engine does not answer: {error}"
@@ -180,37 +183,64 @@ class Executor:
             result = Result.NOOP
         elif lp.action == "noop":
             outcome, error, result = Outcome.NOTHING_RUNS, None, Result.NOOP
-        elif lp.cause == Cause.SWAP_HELD and (lane is None or not lane.running) and rec and rec.healthy_gate:
-            # A giving lane kept serving after its swap failed: its engine is asked, as an in-sync lane's is.
-            where = rec.healthy_gate
-            address = self.ops.targets[str(where["host"])].address
-            answer = await engine_answers(client, address, int(where["port"]), lane.health if lane else Health())
-            outcome = Outcome.OBSERVED_READY if answer is None else Outcome.OBSERVED_NOT_ANSWERING
-            error = lp.reason if answer is None else f"{lp.reason}; the engine does not answer: {answer}"
-            result = Result.BLOCKED
         elif lp.action == "denied":
             outcome, result = Outcome.DENIED, Result.DENIED
         elif lp.action == "suspended":
             outcome, result = Outcome.SUSPENDED, Result.SUSPENDED
+        elif rec is not None and lp.cause not in UNASSESSED and (where := serving_gate(rec)) is not None:
+            # Held (a failed spec, a backoff, a lease, a change window, a failed swap) or refused at planning,
+            # while the spec that last passed its gate serves: its engine is asked, where it passed that gate.
+            held = self._held_reason(lp, rec)
+            address = self.ops.targets[str(where["host"])].address
+            answer = await engine_answers(client, address, int(where["port"]), health)
+            if answer is not None:
+                outcome, error = Outcome.OBSERVED_NOT_ANSWERING, f"{held}; the engine does not answer: {answer}"
+                self.progress(ProgressEvent(lp.lane, "assess", "failed", error))
+            elif lp.cause in HELD_AFTER_FAILURE:
+                outcome, error = Outcome.HELD_SERVING, held
+            elif lp.action == "fail":
+                outcome, error = Outcome.FAILED_UNTOUCHED, held
+            else:
+                outcome, error = Outcome.OBSERVED_READY, held
+            result = Result.FAILED if lp.action == "fail" else Result.BLOCKED
         elif lp.action == "fail":
             # Refused at planning (a model path missing), before anything was stopped: what served serves.
             outcome, result = Outcome.FAILED_UNTOUCHED, Result.FAILED
         else:
             outcome = Outcome.UNREACHABLE if lp.cause == Cause.UNREACHABLE else Outcome.WAITING
             result = Result.BLOCKED
-            error = _blocked_reason(lp, rec.last_error if rec else None)
+            error = self._held_reason(lp, rec)
         settle(self.store, lp.lane, outcome, last_error=error, held_until=lp.held_until, **fields)
         error = error if result != Result.NOOP else None
         return LaneResult(lp.lane, lp.action, result, error, cause=lp.cause, held_until=lp.held_until)
 
+    def _held_reason(self, lp: LanePlan, rec: LaneRecord | None) -> str:
+        """Why a lane is held; for a spec held back after it failed, what it failed with (from the journal),
+        and the swap that failure undid (from the record)."""
+        if lp.cause not in HELD_AFTER_FAILURE:
+            return lp.reason
+        failed_with = self.store.failure_of(lp.lane, lp.fingerprint)
+        if failed_with is None:
+            why = lp.reason
+        elif lp.cause == Cause.BACKOFF:
+            why = failed_with  # says what failed, and when it is tried again
+        else:
+            why = f"{lp.reason} (it failed with: {failed_with})"
+        return f"{why}; {rec.swap_undone}" if rec is not None and rec.swap_undone else why
 
-def _blocked_reason(lp: LanePlan, previous: str | None) -> str:
-    """Why a lane is blocked; for a spec held back after it failed, keep what it failed with in view."""
-    if not previous or lp.cause not in {Cause.CONDEMNED, Cause.BACKOFF}:
-        return lp.reason
-    if lp.cause == Cause.BACKOFF or FAILED_BEFORE in previous:
-        return previous  # already says what failed, and when it is tried again or that it is held
-    return f"{lp.reason} (it failed with: {previous})"
+
+HELD_AFTER_FAILURE = frozenset({Cause.CONDEMNED, Cause.BACKOFF})
+"""Causes of a lane held back because its desired spec failed: what serves in its place is degraded at best."""
+UNASSESSED = frozenset({Cause.UNREACHABLE, Cause.DENIED, Cause.SUSPENDED})
+"""Held lanes whose engine is not asked: a host out of reach (already degraded, and a request there waits out
+its timeout), a lane policy refused (denied whatever answers), a lane a person suspended (hands off)."""
+
+
+def serving_gate(rec: LaneRecord) -> dict[str, Any] | None:
+    """Where the spec the record says serves passed its gate; None when the record says nothing serves."""
+    if not rec.fingerprint or not rec.healthy_gate or rec.health == LaneHealth.STOPPED:
+        return None
+    return rec.healthy_gate
 
 
 __all__ = ["Executor", "ExecutorConfig", "LaneResult", "ProgressEvent", "ProgressFn", "Result"]

@@ -1,11 +1,14 @@
-"""Health observed at every resync: an in-sync lane's engine is asked, not assumed.
+"""Health observed at every resync: a serving lane's engine is asked, not assumed.
 
 A lane whose ranks all run the spec that once passed its gate is noop for the
-planner, but a running container is not a serving engine (it can hang, lose
-its GPU, or answer 503 after a fault). At each cycle the head is asked its
-health path once: one HTTP round trip per running lane, with a short timeout.
-Every rank's container state comes from the cycle's probe already (a rank
-that exited is drift, and the lane is redeployed).
+planner, and a lane held back (its new spec failed and was rolled back, a
+backoff, a lease, a change window) serves what last passed its gate; but a
+running container is not a serving engine (it can hang, lose its GPU, or
+answer 503 after a fault). At each cycle the head is asked its health path
+once: one HTTP round trip per running lane, with a short timeout. Every
+rank's container state comes from the cycle's probe already (a rank that
+exited is drift: the lane is redeployed, or, held back, its healthy spec put
+back as it was).
 """
 
 from __future__ import annotations

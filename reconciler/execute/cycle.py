@@ -14,6 +14,7 @@ from pathlib import Path
 
 from reconciler.execute.apply import Executor, ExecutorConfig, LaneResult, ProgressFn
 from reconciler.execute.hostops import HostOps
+from reconciler.execute.record import serving_specs
 from reconciler.execute.results import SETTLED
 from reconciler.execute.secrets import SecretStore
 from reconciler.execute.swap import stopped_lanes, swap_failures
@@ -173,6 +174,7 @@ class CycleRunner:
             window_override=now or overrides_windows(loaded.message),
             stopped=stopped_lanes(records),
             swapped=swap_failures(records, pending_restores(self.store)),
+            serving=serving_specs(records),
         )
         return verdict, observed, plan_fleet(desired, observed, verdict, options), targets
 

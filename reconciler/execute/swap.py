@@ -37,13 +37,14 @@ from reconciler.store.swaprestore import clear_restore, mark_restore, pending_re
 TAKEN = frozenset({Result.APPLIED, Result.VERIFIED})
 """A taking lane's results that count as having taken its hosts."""
 SWAP_ROLLED_BACK = "swap rolled back"
-"""How the giving and taking lanes' errors, and so `lanes status` and the commit's note, name the undo."""
+"""How the giving and taking lanes' errors, and so `lanes status` and the commit's note, name the undo (for
+people: the code reads the record's `swap_undone`, never this sentence)."""
 
 
 def swap_failures(records: list[LaneRecord], pending: Mapping[str, Mapping[str, Any]] | None = None) -> frozenset[str]:
-    """Lanes whose last error says their failure undid a swap (`_settle_taking` words it so), and the taking
-    lanes of an undo still pending (a daemon killed while it ran)."""
-    named = {r.name for r in records if r.last_error and f"; {SWAP_ROLLED_BACK}" in r.last_error}
+    """Lanes whose record says their failure undid a swap (`swap_undone`, set by `_settle_taking`), and the
+    taking lanes of an undo still pending (a daemon killed while it ran)."""
+    named = {r.name for r in records if r.swap_undone}
     return frozenset(named | {t for info in (pending or {}).values() for t in info.get("taking") or ()})
 
 
@@ -93,7 +94,10 @@ class SwapRun:
             lp = self.plans[t]
             if t == failed:
                 fields, message = failure_fields(store, lp, exc, f"{exc}; the swap did not begin: {kept} kept serving")
-                settle(store, t, Outcome.FAILED_UNTOUCHED, last_error=message, desired_commit=lp.commit, **fields)
+                settle(
+                    store, t, Outcome.FAILED_UNTOUCHED,
+                    last_error=message, desired_commit=lp.commit, swap_undone=None, **fields,
+                )  # fmt: skip
                 result = Result.FAILED
             else:
                 message = f"the swap did not begin ({failed}: {exc}); {kept} kept serving"
@@ -225,7 +229,7 @@ class SwapRun:
             settle(store, lane, Outcome.STOPPED, last_error=message, fingerprint=None)
             return replace(result, result=Result.ROLLED_BACK, error=message)
         message = f"{result.error or result.result.value}; {tail}"
-        store.update_lane(lane, last_error=message)
+        store.update_lane(lane, last_error=message, swap_undone=tail)
         return replace(result, error=message)
 
 
@@ -270,6 +274,6 @@ async def resume_restores(
         )
         for t in taking:
             rec_t = store.lane(t)
-            if rec_t is not None and f"; {SWAP_ROLLED_BACK}" not in (rec_t.last_error or ""):
-                store.update_lane(t, last_error=f"{rec_t.last_error or 'failed its gate'}; {tail}")
+            if rec_t is not None and not rec_t.swap_undone:
+                store.update_lane(t, last_error=f"{rec_t.last_error or 'failed its gate'}; {tail}", swap_undone=tail)
     return out

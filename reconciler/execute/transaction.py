@@ -27,7 +27,7 @@ from reconciler.errors import ImageNeedsNewerDriverError, PullFailedError, Remot
 from reconciler.execute.gate import gate
 from reconciler.execute.hostops import HostOps, gather_hosts
 from reconciler.execute.leases import LeaseBlockedError, Leases
-from reconciler.execute.record import CLEAR_RETRY, failure_fields, settle
+from reconciler.execute.record import CLEAR_RETRY, failure_fields, settle, settle_restored
 from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent, ProgressFn, Result
 from reconciler.execute.rollback import put_back
 from reconciler.execute.secrets import SecretStore, env_file_text
@@ -83,7 +83,7 @@ class LaneTransaction:
         self.timings: dict[str, float] = {}
         self.touched = False
         self.before = shared.store.lane(lp.lane)
-        self.drift = lp.drift if lp.cause == Cause.DRIFT else ()
+        self.drift = lp.drift if lp.cause in {Cause.DRIFT, Cause.RESTORED_DRIFT} else ()
         """What drifted, when repairing it is why this transaction runs (a new spec is not drift)."""
 
     # -- the three kinds ------------------------------------------------------
@@ -281,6 +281,10 @@ class LaneTransaction:
     def _succeeded(self) -> LaneResult:
         lp = self.lp
         self.timings["total"] = round(time.monotonic() - self.t0, 3)
+        if lp.cause == Cause.RESTORED_DRIFT:
+            settle_restored(self.s.store, lp, self.timings)  # the failed spec stays held, its fingerprints kept
+            self._journal(Result.ROLLED_BACK, lp.reason)
+            return self._result(Result.ROLLED_BACK, lp.reason)
         head = next((step for step in reversed(lp.steps) if isinstance(step, WaitReady)), None)
         gate_at = (
             {"host": head.host, "port": head.port, "served_model": head.served_model} if head is not None else None
@@ -320,6 +324,8 @@ class LaneTransaction:
             # A library turned the shutdown's cancel into an error (see reconciler.cancel): still a shutdown.
             await self._interrupted()
             raise asyncio.CancelledError from exc
+        if lp.cause == Cause.RESTORED_DRIFT:
+            return await self._repair_failed(exc)
         if not exc.touched:
             # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
             fields, message = failure_fields(store, lp, exc, str(exc))
@@ -344,6 +350,22 @@ class LaneTransaction:
         self.s.progress(ProgressEvent(lp.lane, "rollback", "done" if restore.ok else "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(result, message, logs=restore.logs)
+
+    async def _repair_failed(self, exc: StepFailedError) -> LaneResult:
+        """The last healthy spec could not be put back: said, and nothing else blamed (the held spec's
+        condemnation or backoff stays as it was; the healthy spec is not condemned, it is simply not serving)."""
+        lp, store, logs = self.lp, self.s.store, {}
+        if exc.touched:
+            logs = (await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)).logs
+            message = f"putting the last healthy spec back failed: {exc}; nothing of the lane serves now"
+            settle(store, lp.lane, Outcome.ROLLBACK_FAILED, before=self.before, last_error=message, fingerprint=None)
+        else:
+            message = f"putting the last healthy spec back failed before any rank stopped: {exc}"
+            settle(store, lp.lane, Outcome.FAILED_UNTOUCHED, before=self.before, last_error=message)
+        self._journal(Result.FAILED, message, logs)
+        self.s.progress(ProgressEvent(lp.lane, "repair", "failed", message))
+        await self.s.leases.give_back(self.held)
+        return self._result(Result.FAILED, message, logs=logs)
 
     async def _interrupted(self) -> None:
         """Shutdown (SIGTERM) in the middle of a transaction: put the last healthy spec back without

@@ -69,6 +69,11 @@ def _lane_labels(desired: DesiredState, lane: str) -> dict[str, frozenset[str]]:
     return _labels(desired, spec.hosts if spec else ())
 
 
+GAVE = frozenset({"stop", "noop"})
+"""A rolled-back lane planned to stop (or stopped before a restart): a swap gave its hosts back to it
+(`reconciler.execute.swap`); a lane whose own change failed was planned to deploy or verify."""
+
+
 def _short(text: str | None, limit: int = 600) -> str:
     text = (text or "").strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -96,7 +101,7 @@ def cycle_events(result: CycleResult, desired: DesiredState) -> list[Event]:
                     labels=labels,
                 )
             )
-        elif r.result == Result.ROLLED_BACK and _gave_back(r.lane, r.error):
+        elif r.result == Result.ROLLED_BACK and r.action in GAVE:
             events.append(
                 Event(
                     "lane.rolled_back",
@@ -283,8 +288,3 @@ def trial_event(
 def _lane_hosts(desired: DesiredState | None, lane: str) -> tuple[str, ...]:
     found = desired.lanes.get(lane) if desired is not None else None
     return found.hosts if found is not None else ()
-
-
-def _gave_back(lane: str, error: str | None) -> bool:
-    """A lane a swap gave its hosts back to (execute/swap.py words its error so), not the lane that failed."""
-    return bool(error) and f"; {lane} serves its previous spec (" in (error or "")

@@ -43,6 +43,9 @@ class Outcome(StrEnum):
     """In sync, and the engine answered when asked this cycle (or its readiness gate passed)."""
     OBSERVED_NOT_ANSWERING = "observed-not-answering"
     """In sync, every rank runs, but the engine did not answer the health check."""
+    HELD_SERVING = "held-serving"
+    """The desired spec is held back after it failed (condemned, or in backoff), and the spec that last passed its
+    gate serves in its place: it answered its health check this cycle, or its drift was just repaired."""
     NOTHING_RUNS = "nothing-runs"
     """A stopped or removed lane of which nothing runs."""
     STARTED = "started"
@@ -104,7 +107,8 @@ def next_health(current: LaneHealth | None, outcome: Outcome) -> LaneHealth:
             return current
         case Outcome.FAILED_UNTOUCHED:
             return LaneHealth.DEGRADED if serving else LaneHealth.FAILED
-        case Outcome.ROLLED_BACK:
+        case Outcome.ROLLED_BACK | Outcome.HELD_SERVING:
+            # Something serves, but not the desired spec: degraded however well it answers.
             return LaneHealth.DEGRADED
         case Outcome.ROLLBACK_FAILED:
             return LaneHealth.FAILED

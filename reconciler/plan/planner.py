@@ -17,20 +17,28 @@ from dataclasses import dataclass, field, replace
 
 from reconciler.engines import ContainerSpec, start_groups
 from reconciler.engines.launcher import launcher_needs
-from reconciler.facts.labels import LABEL_PORT
 from reconciler.facts.observed import ObservedContainer, ObservedFleet
 from reconciler.plan.hostchecks import host_problems
+from reconciler.plan.lanediff import (
+    change_cause,
+    drift_of,
+    drift_reason,
+    find_squatters,
+    lease_holder,
+    reachable,
+    runs_desired,
+)
+from reconciler.plan.repair import repair_serving
 from reconciler.plan.steps import (
     AcquireLeases,
     Cause,
-    Drift,
-    DriftKind,
     DropCaches,
     HostContainer,
     LanePlan,
     Plan,
     PullImages,
     RemoveEnvFiles,
+    Serving,
     StageModel,
     StartRanks,
     Step,
@@ -75,6 +83,9 @@ class PlanOptions:
     swapped: frozenset[str] = frozenset()
     """Lanes whose last failure undid a swap (the journal says so): only such a failed lane holds the
     lanes that gave it their hosts; any other failed lane holds nothing but itself."""
+    serving: Mapping[str, Serving] = field(default_factory=dict)
+    """lane -> the spec that last passed its gate and serves, for lanes whose desired spec failed: drift of
+    it is repaired while the failed spec is held back."""
 
 
 def fingerprint(specs: Sequence[tuple[str, ContainerSpec]]) -> str:
@@ -132,7 +143,7 @@ def _plan_lane(
         reasons = "; ".join(f"{v.rule}: {v.message}" for v in verdict.lane_violations(name) if v.severity == "deny")
         why = f"denied by policy: {reasons or 'not rendered'}"
         return replace(base, action="denied", reason=why, cause=Cause.DENIED)
-    unreachable = [h for h in _hosts_involved(lane, current) if not _reachable(observed, h)]
+    unreachable = [h for h in _hosts_involved(lane, current) if not reachable(observed, h)]
     if unreachable:
         reasons = "; ".join(f"{h}: {_host_error(observed, h)}" for h in unreachable)
         # "unreachable" covers a refused login or host key too: lanes cannot act there until a person fixes it.
@@ -140,20 +151,22 @@ def _plan_lane(
     specs = verdict.rendered[name]
     fp = fingerprint(specs)
     with_specs = replace(base, fingerprint=fp, specs=tuple(specs))
-    squatters = _squatters(lane, observed)
-    in_sync = _in_sync(specs, current) and not squatters
+    squatters = find_squatters(lane, observed)
+    in_sync = runs_desired(specs, current) and not squatters
     if in_sync and opts.ready.get(name) == fp:
         return replace(with_specs, reason="in sync")
     if opts.failed.get(name) == fp:
         why = f"this spec ({fp}) {FAILED_BEFORE}; not retried until the lane changes or `lanes retry {name}`"
-        return replace(with_specs, action="blocked", reason=why, cause=Cause.CONDEMNED)
+        condemned = replace(with_specs, action="blocked", reason=why, cause=Cause.CONDEMNED)
+        return repair_serving(condemned, lane, current, observed, desired, opts) or condemned
     due = opts.retry_at.get(name)
     if due is not None and due[0] == fp and opts.clock < due[1]:
         wait = due[1] - opts.clock
         why = f"this spec ({fp}) failed on a passing fault; tried again in {wait:.0f} s"
-        return replace(with_specs, action="blocked", reason=why, cause=Cause.BACKOFF)
+        backoff = replace(with_specs, action="blocked", reason=why, cause=Cause.BACKOFF)
+        return repair_serving(backoff, lane, current, observed, desired, opts) or backoff
     involved = _hosts_involved(lane, current)
-    held = _lease_held(involved, observed, opts)
+    held = lease_holder(involved, observed, opts.owner, opts.now)
     if held is not None:
         return replace(with_specs, action="blocked", reason=held, cause=Cause.LEASE_HELD)
     if in_sync:
@@ -175,9 +188,9 @@ def _plan_lane(
     if problems:
         why = "; ".join(str(p) for p in problems) + "; nothing was stopped"
         return replace(with_specs, action="blocked", reason=why, cause=Cause.HOST_FACTS)
-    drift = _drift(specs, current, squatters, lane.port)
-    cause = _cause(current, drift)
-    reason = _reason(cause, drift)
+    drift = drift_of(specs, current, squatters, lane.port)
+    cause = change_cause(current, drift)
+    reason = drift_reason(cause, drift)
     if not opts.window_override and restarts_running(current, drift):
         at = opts.window_clock if opts.window_clock is not None else opts.clock
         hold = hold_for(lane, desired, opts.windows, at)
@@ -234,9 +247,7 @@ def stage_step(lane: Lane, desired: DesiredState) -> StageModel | None:
     spark = model.origin.host is not None and model.origin.host in desired.hosts
     origin = (model.origin.host, model.origin.path, spark)
     involved = [*lane.hosts, *([model.origin.host] if spark and model.origin.host else [])]
-    data = tuple(
-        (h, port.address.split("/")[0]) for h in dict.fromkeys(involved) if (port := _first_port(desired, h))
-    )
+    data = tuple((h, port.address.split("/")[0]) for h in dict.fromkeys(involved) if (port := _first_port(desired, h)))
     return StageModel(model.name, model.path, tuple(dict.fromkeys(lane.hosts)), origin, manifest, data)
 
 
@@ -246,16 +257,7 @@ def _first_port(desired: DesiredState, host: str) -> DataPort | None:
 
 
 FAILED_BEFORE = "failed its readiness gate before"
-"""How a lane held back after its spec failed is described (the executor keeps the cause beside it)."""
-
-
-def _lease_held(involved: tuple[str, ...], observed: ObservedFleet, opts: PlanOptions) -> str | None:
-    for host in involved:
-        lease = observed.hosts[host].lease
-        now = opts.now if opts.now is not None else (observed.hosts[host].probed_at or 0.0)
-        if lease is not None and lease.held_by_other(opts.owner, now):
-            return f"{host} is leased by {lease.owner} until {lease.expires:.0f}"
-    return None
+"""How a lane held back after its spec failed is described (to people: the plan's cause says it to code)."""
 
 
 def env_file_path(state_dir_on_host: str, container: str) -> str:
@@ -268,8 +270,8 @@ def _plan_suspended(
 ) -> LanePlan:
     """Hands off: no steps at all; how what runs differs from the lane file is said, never repaired."""
     specs: Sequence[tuple[str, ContainerSpec]] = verdict.rendered.get(lane.name, ())
-    seen = bool(specs) and all(_reachable(observed, h) for h in lane.hosts)
-    drift = _drift(specs, current, _squatters(lane, observed), lane.port) if seen else ()
+    seen = bool(specs) and all(reachable(observed, h) for h in lane.hosts)
+    drift = drift_of(specs, current, find_squatters(lane, observed), lane.port) if seen else ()
     why = "suspended in its lane file: what runs is left as it is (no apply, no repair, no rollback)"
     if drift:
         why += "; left as it is: " + "; ".join(d.describe() for d in drift)
@@ -286,17 +288,17 @@ def _plan_stop(
 ) -> LanePlan:
     if not current:
         return LanePlan(name, "noop", "stopped", commit=commit, cause=Cause.NOTHING_RUNS)
-    reachable = tuple(HostContainer(h, c.name) for h, c in current if _reachable(observed, h))
-    unreachable = sorted({h for h, _ in current if not _reachable(observed, h)})
+    answering = tuple(HostContainer(h, c.name) for h, c in current if reachable(observed, h))
+    unreachable = sorted({h for h, _ in current if not reachable(observed, h)})
     why = "lane is stopped" if lane is not None else "lane was removed from the state"
     cause = Cause.LANE_STOPPED if lane is not None else Cause.LANE_REMOVED
     reason = why + (f"; unreachable, stopped later: {', '.join(unreachable)}" if unreachable else "")
-    if not reachable:
+    if not answering:
         return LanePlan(name, "blocked", reason, commit=commit, cause=Cause.UNREACHABLE)
-    hosts = tuple(sorted({c.host for c in reachable}))
+    hosts = tuple(sorted({c.host for c in answering}))
     # The stopped ranks' env files go with them (a missing one is fine: the lane may have had no secrets).
-    env_files = RemoveEnvFiles(tuple((c.host, env_file_path(state_dir_on_host, c.name)) for c in reachable))
-    steps = (AcquireLeases(hosts), StopContainers(reachable, why), env_files)
+    env_files = RemoveEnvFiles(tuple((c.host, env_file_path(state_dir_on_host, c.name)) for c in answering))
+    steps = (AcquireLeases(hosts), StopContainers(answering, why), env_files)
     return LanePlan(name, "stop", reason, steps, commit=commit, hosts=hosts, cause=cause)
 
 
@@ -308,78 +310,9 @@ def _hosts_involved(lane: Lane, current: list[tuple[str, ObservedContainer]]) ->
     return tuple(hosts)
 
 
-def _reachable(observed: ObservedFleet, host: str) -> bool:
-    h = observed.host(host)
-    return h is not None and h.reachable
-
-
 def _host_error(observed: ObservedFleet, host: str) -> str:
     h = observed.host(host)
     if h is None:
         return "not probed"
     # Transport errors already start with the host's name; do not say it twice.
     return (h.error or "no answer").removeprefix(f"{host}: ")
-
-
-def _in_sync(specs: Sequence[tuple[str, ContainerSpec]], current: list[tuple[str, ObservedContainer]]) -> bool:
-    want = {(host, spec.name, spec.spec_hash) for host, spec in specs}
-    have = {(host, c.name, c.spec_hash) for host, c in current if c.running}
-    return want == have and len(current) == len(specs)
-
-
-def _squatters(lane: Lane, observed: ObservedFleet) -> tuple[HostContainer, ...]:
-    out: list[HostContainer] = []
-    for host in lane.hosts:
-        h = observed.hosts[host]
-        if lane.port not in h.listening:
-            continue
-        owned = any(c.running and c.labels.get(LABEL_PORT) == str(lane.port) for c in h.containers)
-        if not owned:
-            out.extend(HostContainer(host, u.name) for u in h.unmanaged if u.state == "running")
-    return tuple(out)
-
-
-def _drift(
-    specs: Sequence[tuple[str, ContainerSpec]],
-    current: list[tuple[str, ObservedContainer]],
-    squatters: tuple[HostContainer, ...],
-    port: int,
-) -> tuple[Drift, ...]:
-    """Every difference between what runs and the desired ranks, rank by rank."""
-    have = {(host, c.name): c for host, c in current}
-    out: list[Drift] = []
-    for host, spec in specs:
-        c = have.get((host, spec.name))
-        if c is None:
-            out.append(Drift(DriftKind.MISSING, host, spec.name))
-        elif c.spec_hash != spec.spec_hash:
-            if c.image != spec.image:
-                out.append(Drift(DriftKind.OTHER_IMAGE, host, spec.name, f"{c.image}, want {spec.image}"))
-            else:
-                out.append(Drift(DriftKind.OTHER_SPEC, host, spec.name, f"spec {c.spec_hash}, want {spec.spec_hash}"))
-        elif not c.running:
-            exit_code = f", exit code {c.exit_code}" if c.exit_code is not None else ""
-            out.append(Drift(DriftKind.STOPPED, host, spec.name, f"{c.state}{exit_code}"))
-    wanted = {(h, s.name) for h, s in specs}
-    out.extend(Drift(DriftKind.UNWANTED, h, c.name) for h, c in current if (h, c.name) not in wanted)
-    out.extend(Drift(DriftKind.UNMANAGED_ON_PORT, sq.host, sq.name, str(port)) for sq in squatters)
-    return tuple(out)
-
-
-def _reason(cause: Cause, drift: tuple[Drift, ...]) -> str:
-    if cause == Cause.FIRST_DEPLOY:
-        return "not running: first deploy"
-    if cause == Cause.SPEC_CHANGED:
-        # Every rank differs the same way after a commit: one is said, the count gives the rest.
-        more = f" (and {len(drift) - 1} more rank(s))" if len(drift) > 1 else ""
-        return f"the spec changed: {drift[0].describe()}{more}"
-    return "; ".join(d.describe() for d in drift)
-
-
-def _cause(current: list[tuple[str, ObservedContainer]], drift: tuple[Drift, ...]) -> Cause:
-    """A first deploy, a changed spec (every difference is another spec or image), or drift to repair."""
-    if not current:
-        return Cause.FIRST_DEPLOY
-    if drift and all(d.kind in {DriftKind.OTHER_SPEC, DriftKind.OTHER_IMAGE} for d in drift):
-        return Cause.SPEC_CHANGED
-    return Cause.DRIFT

@@ -47,6 +47,10 @@ class Cause(StrEnum):
     SWAP_HELD = "swap-held"
     """A swap of hosts failed and was rolled back: the giving lane serves on, the taking lanes wait, until the
     failed lane's spec changes, `lanes retry` clears it, or its retry is due."""
+    RESTORED_DRIFT = "restored-drift"
+    """The desired spec is held back after it failed (condemned, or waiting out a backoff) and the last healthy
+    spec, which serves in its place, drifted (a rank missing, exited): that spec is put back as it was, and
+    gated where it passed its gate before; never the held one."""
 
 
 class DriftKind(StrEnum):
@@ -236,6 +240,19 @@ Step = (
     | WaitReady
     | RemoveEnvFiles
 )
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The spec a lane last passed its readiness gate with, as the journal recorded it: what serves while a
+    failed desired spec is held back (after a rollback, or a failure before anything stopped)."""
+
+    fingerprint: str
+    specs: tuple[tuple[str, ContainerSpec], ...]
+    gate: WaitReady
+    """Where and how that spec passed its gate: its repair is gated there again."""
+    commit: str | None = None
+    """The commit it passed its gate at."""
 
 
 @dataclass(frozen=True)

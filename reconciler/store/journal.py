@@ -286,6 +286,19 @@ class Store:
         where, args = ("lane = ?", [lane]) if lane else (None, [])
         return list(self.db.table("applies").rows_where(where, args, order_by="id desc", limit=limit))
 
+    def failure_of(self, lane: str, fingerprint: str | None) -> str | None:
+        """What the lane's spec `fingerprint` last failed with (its latest failed or rolled-back apply), or None."""
+        if not fingerprint:
+            return None
+        rows = self.db.table("applies").rows_where(
+            "lane = ? and fingerprint = ? and result in ('failed', 'rolled-back') and error is not null",
+            [lane, fingerprint],
+            order_by="id desc",
+            limit=1,
+            select="error",
+        )
+        return next((str(row["error"]) for row in rows), None)
+
 
 __all__ = ["LaneRecord", "Store"]
 

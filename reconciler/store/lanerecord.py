@@ -34,6 +34,7 @@ LANE_COLUMNS = (
     "retry_fingerprint",
     "held_until",
     "staging",
+    "swap_undone",
 )
 
 ADDED_LANE_COLUMNS: dict[str, type] = {
@@ -45,6 +46,7 @@ ADDED_LANE_COLUMNS: dict[str, type] = {
     "retry_fingerprint": str,
     "held_until": float,
     "staging": str,
+    "swap_undone": str,
 }
 """Columns added after the first release, with their types: an older journal gets them on open."""
 ADDED_APPLY_COLUMNS: dict[str, type] = {"cause": str, "drift": str}
@@ -83,6 +85,10 @@ class LaneRecord:
     staging: dict[str, Any] | None = None
     """A model being staged for the lane's next spec: {"model", "hosts": {host: {"done", "total", "rate_bps",
     "eta_s"}}}; None when nothing is copied."""
+    swap_undone: str | None = None
+    """Set when this lane's last failure undid a swap (it did not take the hosts another lane gave it): what was
+    undone, said for people. The planner holds that swap's lanes while this lane's failed spec is held; a new
+    transaction of the lane clears it."""
 
 
 def record_from_row(row: dict[str, Any]) -> LaneRecord:
@@ -110,6 +116,7 @@ def record_from_row(row: dict[str, Any]) -> LaneRecord:
         retry_fingerprint=row["retry_fingerprint"],
         held_until=row["held_until"],
         staging=json.loads(row["staging"]) if row.get("staging") else None,
+        swap_undone=row["swap_undone"],
     )
 
 

@@ -5,7 +5,10 @@
   becomes degraded with what the engine answered, and healthy again once it answers;
 - an error lanes itself did not expect, in one lane's transaction, costs that lane only;
 - a pull that failed on a passing fault (the registry down) is retried after a backoff, never
-  condemned, until the flap limit says it is not passing.
+  condemned, until the flap limit says it is not passing;
+- a lane rolled back to its last healthy spec is not taken on trust while its failed spec is held:
+  its restored head is asked as an in-sync lane's is, and its restored ranks' drift is repaired, back
+  to the healthy spec, never to the condemned one.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import pytest
 from reconciler.execute.hostops import HostOps
 from reconciler.plan.health import FLAP_LIMIT
 from reconciler.plan.steps import Cause
-from tests.support.example import EUGR, EUGR_REPO, PRODUCTION, with_lane
+from reconciler.spec.load import DesiredState
+from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PRODUCTION, with_lane
 from tests.support.world import World
 
 pytestmark = pytest.mark.timeout(120)
@@ -128,3 +132,78 @@ async def test_a_pull_failing_on_a_registry_outage_backs_off_then_is_condemned_p
     world.fleet.registry.come_back()
     assert world.store.clear_failed(EUGR)
     assert by_lane(await world.cycle(desired))[EUGR].result == "applied"  # type: ignore[attr-defined]
+
+
+async def rolled_back(world: World) -> tuple[DesiredState, dict[str, str]]:
+    """EUGR converged, then a spec whose engine never gets ready: rolled back and condemned. Returns the broken
+    state and the restored spec's hash per rank container."""
+    await world.cycle()
+    healthy = {
+        name: c.labels["lanes.spec"]
+        for host in EUGR_HOSTS
+        for name, c in world.fleet.runtime(host).containers.items()
+        if c.status == "running"
+    }
+    never = world.fleet.registry.add(f"{EUGR_REPO}:never", env={"STANDIN_NEVER_HEALTHY": "1"}).pinned
+    quick = {"port_timeout_s": 5, "ready_timeout_s": 2, "models_timeout_s": 2, "completion_timeout_s": 2}
+    broken = with_lane(world.state, EUGR, image=never, health={**quick, "poll_interval_s": 0.2})
+    result = await world.cycle(broken)
+    assert by_lane(result)[EUGR].result == "rolled-back", by_lane(result)[EUGR]  # type: ignore[attr-defined]
+    record = world.store.lane(EUGR)
+    assert record is not None and record.health == "degraded" and record.failed_fingerprint
+    return broken, healthy
+
+
+async def test_a_rolled_back_lane_whose_restored_head_stops_answering_is_degraded_with_that_reason(
+    world: World,
+) -> None:
+    broken, _ = await rolled_back(world)
+    held = await world.cycle(broken)
+    assert (held.plan.lane(EUGR).action, held.plan.lane(EUGR).cause) == ("blocked", Cause.CONDEMNED)  # type: ignore[union-attr]
+    record = world.store.lane(EUGR)
+    assert record is not None and record.health == "degraded"
+    assert "does not answer" not in (record.last_error or "")  # the restored head answers: only the held spec
+    head = world.fleet.runtime(EUGR_HOSTS[0]).containers[f"lanes-{EUGR}-r0"]
+    os.kill(head.pid, signal.SIGSTOP)
+    try:
+        result = await world.cycle(broken)
+        assert by_lane(result)[EUGR].result == "blocked"  # type: ignore[attr-defined]
+        record = world.store.lane(EUGR)
+        assert record is not None and record.health == "degraded"
+        assert "the engine does not answer" in (record.last_error or ""), record.last_error
+        assert "/health did not answer" in (record.last_error or ""), record.last_error
+        assert record.failed_fingerprint == held.plan.lane(EUGR).fingerprint  # type: ignore[union-attr]
+    finally:
+        os.kill(head.pid, signal.SIGCONT)
+    await world.cycle(broken)
+    record = world.store.lane(EUGR)
+    assert record is not None and record.health == "degraded"  # answering again; the desired spec is still held
+    assert "does not answer" not in (record.last_error or "") and "it failed with:" in (record.last_error or "")
+
+
+async def test_a_rolled_back_lane_whose_restored_rank_is_removed_gets_the_healthy_spec_back(world: World) -> None:
+    broken, healthy = await rolled_back(world)
+    condemned = world.store.lane(EUGR).failed_fingerprint  # type: ignore[union-attr]
+    rank = f"lanes-{EUGR}-r2"
+    await world.docker(EUGR_HOSTS[2], "rm", "-f", rank)  # by hand, on the restored spec
+    plan = (await world.cycle(broken, apply=False)).plan.lane(EUGR)
+    assert plan is not None and (plan.action, plan.cause) == ("deploy", Cause.RESTORED_DRIFT)
+    assert f"{rank} missing on {EUGR_HOSTS[2]}" in plan.reason and plan.fingerprint != condemned
+    result = await world.cycle(broken)
+    assert by_lane(result)[EUGR].result == "rolled-back", by_lane(result)[EUGR]  # type: ignore[attr-defined]
+    running = {
+        name: c.labels["lanes.spec"]
+        for host in EUGR_HOSTS
+        for name, c in world.fleet.runtime(host).containers.items()
+        if c.status == "running"
+    }
+    assert running == healthy  # every rank on the spec that last passed its gate, none on the condemned one
+    record = world.store.lane(EUGR)
+    assert record is not None and record.health == "degraded" and record.failed_fingerprint == condemned
+    assert f"{rank} missing on {EUGR_HOSTS[2]}" in (record.last_error or "")
+    assert record.drift is not None
+    assert record.drift["items"] == [{"kind": "missing", "host": EUGR_HOSTS[2], "container": rank, "detail": ""}]
+    last = world.store.applies(EUGR, limit=1)[0]
+    assert (last["cause"], last["result"]) == ("restored-drift", "rolled-back") and rank in last["drift"]
+    again = (await world.cycle(broken, apply=False)).plan.lane(EUGR)
+    assert again is not None and (again.action, again.cause) == ("blocked", Cause.CONDEMNED)

@@ -16,6 +16,7 @@ TABLE = """
 outcome                | -           healthy     progressing degraded    failed      denied      blocked     stopped
 observed-ready         | healthy     healthy     healthy     healthy     healthy     healthy     healthy     healthy
 observed-not-answering | degraded    degraded    progressing degraded    degraded    degraded    degraded    degraded
+held-serving           | degraded    degraded    degraded    degraded    degraded    degraded    degraded    degraded
 nothing-runs           | stopped     stopped     stopped     stopped     stopped     stopped     stopped     stopped
 started                | progressing progressing progressing progressing progressing progressing progressing progressing
 applied                | healthy     healthy     healthy     healthy     healthy     healthy     healthy     healthy

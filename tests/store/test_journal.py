@@ -86,7 +86,7 @@ def test_a_journal_from_an_older_lanes_gains_the_new_columns_and_keeps_its_rows(
 
     store = Store(path)
     try:
-        assert "evidence" in columns(path, "lanes")
+        assert {"evidence", "swap_undone"} <= columns(path, "lanes")
         # What the old lanes wrote reads as it was, the new fields empty.
         rec = store.lane(PRODUCTION)
         assert rec is not None
@@ -97,7 +97,7 @@ def test_a_journal_from_an_older_lanes_gains_the_new_columns_and_keeps_its_rows(
             "fp1",
         )
         assert rec.healthy_specs == [{"name": "r0"}] and rec.timings == {"to_ready": 12.5}
-        assert rec.evidence == {}
+        assert rec.evidence == {} and rec.swap_undone is None
         assert [(r["kind"], r["state"]) for r in store.in_flight()] == [("lease", "started")]
         assert (store.commit_outcome("c1") or {}).get("outcome") == "applied"
         assert [(a["lane"], a["result"]) for a in store.applies()] == [(PRODUCTION, "applied")]
@@ -308,6 +308,27 @@ def test_every_apply_is_kept_newest_first_with_its_timings_and_logs(store: Store
     assert all(a["started"] == t0 and t0 <= a["finished"] <= time.time() for a in prod)
     assert [a["lane"] for a in store.applies()] == [EUGR, PRODUCTION, PRODUCTION]
     assert len(store.applies(limit=1)) == 1
+
+
+def test_what_a_spec_last_failed_with_is_its_newest_failed_or_rolled_back_apply(store: Store) -> None:
+    t0 = time.time()
+    store.record_apply("run1", PRODUCTION, "c1", "fp1", "rolled-back", "gate: 503", t0, {})
+    store.record_apply("run2", PRODUCTION, "c2", "fp1", "failed", "pull refused", t0, {})
+    store.record_apply("run3", PRODUCTION, "c3", "fp1", "blocked", "leased by someone", t0, {})
+    store.record_apply("run4", PRODUCTION, "c3", "fp2", "rolled-back", "another spec", t0, {})
+    store.record_apply("run5", EUGR, "c3", "fp1", "failed", "another lane", t0, {})
+    assert store.failure_of(PRODUCTION, "fp1") == "pull refused"  # not the blocked row, another spec or lane
+    assert store.failure_of(PRODUCTION, "fp9") is None and store.failure_of(PRODUCTION, None) is None
+
+
+def test_the_swap_a_lanes_failure_undid_is_a_field_of_its_own(store: Store) -> None:
+    store.update_lane(PRODUCTION, last_error="gate failed; swap rolled back: x serves again", swap_undone="x back")
+    rec = store.lane(PRODUCTION)
+    assert rec is not None and rec.swap_undone == "x back"
+    store.update_lane(PRODUCTION, last_error="anything else")  # the words change; the field stays until cleared
+    assert store.lane(PRODUCTION).swap_undone == "x back"  # type: ignore[union-attr]
+    store.update_lane(PRODUCTION, swap_undone=None)
+    assert store.lane(PRODUCTION).swap_undone is None  # type: ignore[union-attr]
 
 
 # -- a disk that refuses writes -------------------------------------------------------------
