@@ -27,6 +27,7 @@ from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, CycleRunner
 from reconciler.execute.results import Result
 from reconciler.notifications import hub as notifications
+from reconciler.notifications.events import Refusal
 from reconciler.plan.steps import Cause
 from reconciler.source.acceptance import Signers, accepted
 from reconciler.source.loadcommit import LoadedCommit, load_commit
@@ -96,11 +97,12 @@ class CommitDecider:
         t0 = time.monotonic()
         structlog.contextvars.bind_contextvars(commit=head[:12])
         try:
-            refusal = self.refusal(head)
-            if refusal is not None:
+            refused = self._refused(head)
+            if refused is not None:
+                kind, refusal = refused
                 self.refused = {"commit": head, "reason": refusal}
                 await self._record(head, "refused", {"refused": refusal})
-                notifications.on_refused(head, refusal)
+                notifications.on_refused(head, refusal, kind)
                 self.metrics.record_cycle(time.monotonic() - t0, error=refusal)
                 return "refused"
             self.refused = None
@@ -144,16 +146,22 @@ class CommitDecider:
 
     def refusal(self, sha: str) -> str | None:
         """Why `sha` must not be acted on, or None: with signing on, an allowed signature and no rewind."""
+        refused = self._refused(sha)
+        return refused[1] if refused is not None else None
+
+    def _refused(self, sha: str) -> tuple[Refusal, str] | None:
+        """`refusal`, with which rule refused it."""
         mode = self.config.repo.require_signed_commits
         if not mode:
             return None
         ok, signer, reason = self._signature(sha, mode)
         if not ok:
             log.warning("commit.refused", reason=reason)
-            return reason
+            return Refusal.SIGNATURE, reason
         if sha != self._trusted:
             log.info("commit.signed", signer=signer)
-        return self._rewind(sha)
+        rewind = self._rewind(sha)
+        return (Refusal.REWIND, rewind) if rewind is not None else None
 
     def signature_refusal(self, sha: str) -> str | None:
         """Why `sha` of a side branch (a trial branch) must not run anywhere: only its signature counts.

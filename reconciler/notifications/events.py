@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from reconciler.execute.cycle import CycleResult
@@ -149,13 +150,21 @@ def cycle_events(result: CycleResult, desired: DesiredState) -> list[Event]:
     return events
 
 
-def refused_event(commit: str, reason: str) -> Event:
+class Refusal(StrEnum):
+    """Why a head was refused, as the decider found it (the reason beside it is for people)."""
+
+    SIGNATURE = "signature"
+    """Unsigned, or signed by a key the allowed signers file does not name."""
+    REWIND = "rewind"
+    """It does not descend from the last applied commit (a force-push), and no operator allowed it."""
+
+
+def refused_event(commit: str, reason: str, kind: Refusal) -> Event:
     """The head was refused (unsigned, a signer not allowed, or a rewind nobody allowed)."""
-    rewind = "does not descend" in reason
     action = (
         f'if the force-push was meant, allow it with `lanes allow-rewind {commit} --reason "..."`; '
         "otherwise push the branch back onto the last applied commit"
-        if rewind
+        if kind == Refusal.REWIND
         else "sign the commit with a key in the allowed signers and push it again (`git commit -S --amend`), "
         "or add the signer to the allowed signers file"
     )

@@ -20,6 +20,7 @@ from reconciler.notifications.dispatch import Dispatcher, TallyFn, no_tally
 from reconciler.notifications.events import (
     Event,
     HostWatch,
+    Refusal,
     cycle_events,
     proposal_event,
     refused_event,
@@ -115,8 +116,8 @@ def on_cycle(result: CycleResult, desired: DesiredState) -> None:
     publish(_safely(cycle_events, result, desired) + _safely(_HUB.hosts.events, result, desired))
 
 
-def on_refused(commit: str, reason: str) -> None:
-    publish(_safely(refused_event, commit, reason))
+def on_refused(commit: str, reason: str, kind: Refusal) -> None:
+    publish(_safely(refused_event, commit, reason, kind))
 
 
 def on_regression(lane: str, commit: str, evidence_commit: str, ev: Mapping[str, Any], desired: DesiredState) -> None:

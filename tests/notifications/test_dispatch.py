@@ -13,7 +13,7 @@ import structlog.testing
 
 from reconciler.notifications import hub
 from reconciler.notifications.dispatch import Bucket, Dispatcher
-from reconciler.notifications.events import Event, refused_event
+from reconciler.notifications.events import Event, Refusal, refused_event
 from reconciler.notifications.receivers import ReceiverError
 from reconciler.notifications.settings import NotificationSettings, ReceiverSettings
 from reconciler.upstream.proposals import ProposalOutcome
@@ -156,17 +156,19 @@ async def test_a_sender_that_raises_anything_never_reaches_the_caller() -> None:
 
 async def test_the_hub_does_nothing_without_receivers_and_routes_with_them(receivers: Receivers) -> None:
     assert hub.start(NotificationSettings()) is None
-    hub.on_refused("c" * 40, "not signed")  # no dispatcher: nothing, no error
+    hub.on_refused("c" * 40, "not signed", Refusal.SIGNATURE)  # no dispatcher: nothing, no error
     started = hub.start(settings(all=f"json://{receivers.hostport}/hook/all"))
     assert started is not None
     try:
-        hub.on_refused("c" * 40, "commit cccccccccccc does not descend from the last applied commit")
+        hub.on_refused("c" * 40, "commit cccccccccccc does not descend from the last applied commit", Refusal.REWIND)
         await until(lambda: len(receivers.got) == 1)
     finally:
         await hub.stop()
     text = receivers.got[0].text
     assert f'lanes allow-rewind {"c" * 40} --reason "..."' in text
-    assert refused_event("c" * 40, "not signed by an allowed signer").action.startswith("sign the commit")
+    assert refused_event("c" * 40, "not signed by an allowed signer", Refusal.SIGNATURE).action.startswith(
+        "sign the commit"
+    )
 
 
 async def test_only_an_opened_proposal_is_told(receivers: Receivers) -> None:

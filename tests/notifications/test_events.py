@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from reconciler.execute.cycle import CycleResult
-from reconciler.notifications.events import HostWatch, proposal_event, refused_event, regression_event
+from reconciler.notifications.events import HostWatch, Refusal, proposal_event, refused_event, regression_event
 from tests.support.example import EUGR, PRODUCTION, example_state
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -14,11 +14,19 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 
 def test_a_rewind_refusal_names_the_allow_rewind_command_with_the_full_commit() -> None:
     reason = f"commit {SHA[:12]} does not descend from the last applied commit feedfacecafe"
-    e = refused_event(SHA, reason)
+    e = refused_event(SHA, reason, Refusal.REWIND)
     assert e.kind == "commit.refused" and e.lanes == ()  # the whole fleet: every receiver's lanes
     body = e.body()
     assert f'lanes allow-rewind {SHA} --reason "..."' in body
     assert f"Commit: {SHA[:12]}" in body and "does not descend" in body
+
+
+def test_what_a_refusal_asks_for_follows_its_kind_not_its_words() -> None:
+    """The decider says which rule refused the head; a sentence that happens to name the other rule decides nothing."""
+    rewind = refused_event(SHA, "not signed, as it happens", Refusal.REWIND)
+    assert f"lanes allow-rewind {SHA}" in rewind.action and "sign the commit" not in rewind.action
+    unsigned = refused_event(SHA, "it does not descend, as it happens", Refusal.SIGNATURE)
+    assert unsigned.action.startswith("sign the commit") and "allow-rewind" not in unsigned.action
 
 
 def test_a_regression_names_the_metrics_and_the_revert() -> None:
