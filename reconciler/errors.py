@@ -8,18 +8,30 @@ class below sits where its consequence is::
     │   ├── HostUnreachableError    a host did not answer, or the connection dropped
     │   ├── LeaseHeldError          another reconciler holds a host (execute/hostops.py)
     │   ├── PullFailedError         `docker pull` failed: registry down, network cut
-    │   ├── HostFaultError          a rank's host went away during the readiness gate
-    │   └── GpuBusyError            a process outside lanes still held a rank host's GPU
+    │   ├── HostFaultError          a rank's host stopped answering during the readiness gate
+    │   ├── GpuBusyError            a process outside lanes still held a rank host's GPU
+    │   └── PushRejectedError       the remote refused a notes push: fetch, merge, push again
+    │                               (source/mirror.py)
     ├── PermanentError ........ will repeat until the lane or the host changes: the spec is condemned
     │   ├── RemoteCommandError      a host command exited non-zero (a `docker run` refused, ...)
     │   ├── HostKeyError            the host's key is not the pinned one
     │   ├── DigestMismatchError     the pulled image is not the pinned digest
     │   ├── ImageLacksLauncherError the image has not what the lane launches (`ray`, `vllm`, sglang)
     │   ├── ImageNeedsNewerDriverError the image's CUDA is newer than a rank host's driver supports
-    │   └── NotReadyError           the engine did not pass its readiness gate, every host answering
+    │   ├── NotReadyError           the engine did not pass its readiness gate, every host answering
+    │   └── UnverifiedCommitError   a commit the decider did not verify was about to be acted on
+    │                               (daemon/gate.py): that commit is refused
     ├── InputError ............ a person's file or flag is wrong (file, line, field): the lane is denied
+    │   └── ConfigError             every problem of a daemon settings file (daemon/config.py)
     └── StepFailedError ....... a lane transaction's step failed; wraps one of the above and says
-                                whether old ranks were already stopped (then a rollback runs)
+        │                       whether old ranks were already stopped (then a rollback runs) and
+        │                       whether it is transient (then the spec is retried after a backoff)
+        ├── LeaseBlockedError       a host of the lane is leased by another reconciler: nothing was
+        │                           touched; transient, the lane's health kept (execute/leases.py)
+        └── StagingError            a model could not be staged on a host, before anything stopped;
+                                    transient or not as its cause is (execute/stagetypes.py)
+
+Every subclass of LanesError in lanes is drawn here (tests/test_error_tree.py checks it).
 
 A transient failure of the same spec past `FLAP_LIMIT` times in a row is
 treated as permanent: a host that reboots during every readiness gate must
