@@ -23,6 +23,8 @@ from reconciler.spec.lane import Health
 RUNNING_STATES = frozenset({"running", "created"})
 RAY_GAVE_UP = re.compile(r"lanes: only \d+ of \d+ Ray nodes joined in \S+ s")
 """The sentence the Ray head's join check (engines.vllm.RAY_NODES_ALIVE) exits with when nodes are missing."""
+RAY_JOIN_LOOK_S = 1.0
+"""How often a Ray head's log is read for its join line until it appears (one `docker logs --tail` each)."""
 
 
 def _gate_failed(message: str, host_faults: list[str]) -> StepFailedError:
@@ -44,6 +46,8 @@ async def gate(
     died = asyncio.Event()
     dead: list[str] = []
     host_faults: list[str] = []
+    ray_head = ranks[0] if ranks and is_ray_head(ranks[0][1]) else None
+    joined: list[float] = []
 
     async def watch() -> None:
         misses: dict[str, int] = {}
@@ -65,18 +69,31 @@ async def gate(
                 died.set()
                 return
 
+    async def follow_join(head: tuple[str, ContainerSpec]) -> None:
+        # The join line is the head's last until `vllm serve` starts logging its load, which soon pushes it
+        # out of any tail the gate could read at the end: it is looked for while it is there.
+        while not joined:
+            seen = ray_join_seconds(await ops.logs(head[0], head[1].name, tail=200))
+            if seen is not None:
+                joined.append(seen)
+                return
+            await asyncio.sleep(min(RAY_JOIN_LOOK_S, watch_interval_s))
+
     watcher = asyncio.create_task(watch())
+    follower = asyncio.create_task(follow_join(ray_head)) if ray_head is not None else None
     try:
         result: GateResult = await wait_ready(
             ops.targets[step.host].address, step.port, step.served_model, health, started=t0, died=died
         )
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError, LanesError):
-            await watcher
+        for task in (watcher, follower):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, LanesError):
+                    await task
     timings.update({f"to_{k}" if k != "startup_ttft" else k: v for k, v in result.timings.items()})
     if not result.ok:
-        why = f"{result.error}" + (f" ({'; '.join(dead)})" if dead else "")
+        why = _why_not_ready(result, died.is_set(), dead, host_faults)
         if ranks and is_ray_head(ranks[0][1]):
             # A Ray head that stopped waiting for its nodes never ran `vllm serve`: its own words say why.
             gave_up = RAY_GAVE_UP.findall(await ops.logs(ranks[0][0], ranks[0][1].name, tail=50))
@@ -86,13 +103,25 @@ async def gate(
     # off between two looks of the watcher): the lane is ready only if every rank still runs.
     gone, unreachable = await ranks_gone(ops, ranks, watch_interval_s)
     if gone:
-        message = f"the head became ready but not every rank runs: {'; '.join(gone)}"
+        why = f"{', '.join(dict.fromkeys(unreachable))} stopped answering" if unreachable else "not every rank runs"
+        message = f"the head became ready but {why}: {'; '.join(gone)}"
         raise _gate_failed(message, unreachable)
-    if ranks and is_ray_head(ranks[0][1]):
-        # The head of a Ray lane waited for every node before `vllm serve`; its log says how long.
-        joined = ray_join_seconds(await ops.logs(ranks[0][0], ranks[0][1].name, tail=200))
-        if joined is not None:
-            timings["ray_join"] = joined
+    if ray_head is not None:
+        # The head of a Ray lane waited for every node before `vllm serve`; its log said how long.
+        if not joined:  # a gate shorter than one look: the line may still be in the tail
+            seen = ray_join_seconds(await ops.logs(ray_head[0], ray_head[1].name, tail=200))
+            joined.extend([] if seen is None else [seen])
+        if joined:
+            timings["ray_join"] = joined[0]
+
+
+def _why_not_ready(result: GateResult, watcher_ended: bool, dead: list[str], host_faults: list[str]) -> str:
+    """What ended a failed wait. When the rank watcher ended it, what it saw: a host that stopped answering
+    (a fault of the host, transient) is said apart from a rank that exited (the engine's own doing)."""
+    if watcher_ended:
+        what = f"{', '.join(dict.fromkeys(host_faults))} stopped answering" if host_faults else "a rank exited"
+        return f"{what} while waiting for {result.stage} ({'; '.join(dead)})"
+    return f"{result.error}" + (f" ({'; '.join(dead)})" if dead else "")
 
 
 async def ranks_gone(

@@ -126,6 +126,7 @@ class Behaviour:
     wrong_model: bool = False  # STANDIN_WRONG_MODEL=1
     slowdown: float = 1.0  # STANDIN_SLOWDOWN
     version: str = DEFAULT_VERSION  # STANDIN_VERSION: the engine release the image carries
+    load_log_lines: int = 0  # STANDIN_LOAD_LOG_LINES: lines logged evenly over the load, as engines log progress
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Behaviour:
@@ -140,4 +141,5 @@ class Behaviour:
             wrong_model=env.get("STANDIN_WRONG_MODEL") == "1",
             slowdown=max(_float_env(env, "STANDIN_SLOWDOWN", 1.0), 1e-3),
             version=env.get("STANDIN_VERSION") or DEFAULT_VERSION,
+            load_log_lines=max(int(_float_env(env, "STANDIN_LOAD_LOG_LINES", 0.0)), 0),
         )

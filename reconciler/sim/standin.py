@@ -57,6 +57,19 @@ def _crash_later(after_s: float) -> None:
     timer.start()
 
 
+def _log_progress(engine: Engine) -> None:
+    """STANDIN_LOAD_LOG_LINES lines spread over the load, as a real engine's loading logs fill its log."""
+    lines = engine.behaviour.load_log_lines
+
+    def talk() -> None:
+        for n in range(1, lines + 1):
+            time.sleep(max(engine.loaded_at - time.monotonic(), 0) / (lines - n + 1))
+            log(f"loading {engine.name}: step {n} of {lines}, weights and caches being laid out")
+
+    if lines:
+        threading.Thread(target=talk, daemon=True).start()
+
+
 def _announce_loaded(engine: Engine) -> None:
     def wait() -> None:
         time.sleep(max(engine.loaded_at - time.monotonic(), 0))
@@ -127,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stderr.write(exc.stderr)
                 sys.stderr.flush()
                 return exc.status
+            started = time.monotonic()  # `vllm serve` starts only now: its load is counted from here
         time.sleep(behaviour.port_delay_s)
         host = bind or args.host
         try:
@@ -135,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"cannot listen on {host}:{args.port}: {exc}")
             return 1
         log(f"serving {args.served_name} on {host}:{args.port}; loading for {behaviour.load_s:g} s")
+        _log_progress(server.engine)
         _announce_loaded(server.engine)
         try:
             server.serve_forever(poll_interval=0.2)
