@@ -11,12 +11,15 @@ is gone. The daemon cases run the real daemon process; the others the real recon
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import asyncssh
 import pytest
 
 from reconciler.errors import HostUnreachableError
+from reconciler.plan.health import FLAP_LIMIT
+from reconciler.plan.steps import Cause
 from reconciler.sim.registry import DOCKER_HUB, Outage, SimRegistry
 from reconciler.sim.runtime import SimContainerRuntime
 from reconciler.transport import HostTarget, SSHTransport
@@ -28,12 +31,11 @@ from tests.transport.sshfake import FakeSSHServer
 pytestmark = [pytest.mark.slow]
 
 
-
 # -- 1. a host rebooted mid-apply ------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(240)
-async def test_a_host_rebooted_mid_apply_fails_the_lane_cleanly_and_it_converges_after_retry(tmp_path: Path) -> None:
+async def test_a_host_rebooted_mid_apply_fails_the_lane_cleanly_and_it_converges_by_itself(tmp_path: Path) -> None:
     async with daemon_world(tmp_path, 301) as w:
         first = w.heads[0]
         old_image = w.image_of(PRODUCTION)
@@ -61,13 +63,18 @@ async def test_a_host_rebooted_mid_apply_fails_the_lane_cleanly_and_it_converges
         assert status[PRODUCTION]["commit"] == first and status[PRODUCTION]["desired_commit"] == head
         assert "dgx3" in status[PRODUCTION]["last_error"]
         assert status[EUGR]["health"] == "healthy"
+        # A host fault during the gate is transient: the spec is not condemned, it is tried again after a
+        # backoff, and the reason says the host stopped answering, not that a rank exited.
+        lane = w.lane_row(PRODUCTION)
+        assert lane["failed_fingerprint"] is None and lane["retry_at"] is not None, lane
+        assert lane["transient_failures"] == 1
+        assert "dgx3 stopped answering" in str(lane["last_error"]), lane["last_error"]
+        assert "a rank exited" not in str(lane["last_error"])
+        assert "a passing fault: tried again in 60 s" in str(lane["last_error"])
 
-        # sshd is back; the failed spec waits for `lanes retry`, then the daemon converges on it.
+        # sshd is back; no `lanes retry`, no kick: the daemon tries the spec again when its backoff ends.
         await w.faults.boot("dgx3")
-        code, out, err = await w.lanes("retry", PRODUCTION, "--db", str(w.db))
-        assert code == 0 and "cleared" in out, (out, err)
-        w.daemon.kick()
-        await w.deployed(head, (PRODUCTION,))
+        await w.deployed(head, (PRODUCTION,), timeout=150)  # the first backoff of a host fault is 60 s
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, head, new_image)
         assert w.snapshot(EUGR_HOSTS) == eugr_before
         assert [a["result"] for a in w.applies(PRODUCTION, head)] == ["failed", "applied"]
@@ -112,6 +119,40 @@ async def test_a_head_host_rebooted_mid_apply_and_back_at_once_is_rolled_back_to
         result = await w.cycle()
         assert {r.lane: r.result for r in result.results}[PRODUCTION] == "applied"
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, head, new_image)
+        assert w.snapshot(EUGR_HOSTS) == eugr_before
+
+
+@pytest.mark.timeout(300)
+async def test_a_host_that_faults_during_every_gate_is_retried_then_condemned_at_the_flap_limit(tmp_path: Path) -> None:
+    async with cycle_world(tmp_path, 309) as w:
+        eugr_before = w.snapshot(EUGR_HOSTS)
+        new_image = w.env.fleet.registry.add(f"{PROD_REPO}:flap", env={"STANDIN_LOAD_S": "5"}).pinned
+        head = w.commit("production: bump (a worker's host faults in every gate)", {PRODUCTION: {"image": new_image}})
+        for failure in range(1, FLAP_LIMIT + 1):
+            cycle = asyncio.create_task(w.cycle())
+            await wait_for(lambda: w.in_step(PRODUCTION, "wait-ready"), 60, "the readiness wait", 0.01)
+            await w.faults.reboot("dgx3")  # gone, and stays gone until the cycle ends
+            result = await asyncio.wait_for(cycle, 120)
+            res = {r.lane: r for r in result.results}[PRODUCTION]
+            assert res.result == "failed", res  # rolled back where hosts answer; dgx3 could not be restored
+            assert "dgx3 stopped answering" in (res.error or ""), res.error
+            record = w.store.lane(PRODUCTION)
+            assert record is not None and record.transient_failures == failure
+            if failure < FLAP_LIMIT:
+                assert record.failed_fingerprint is None and record.retry_at is not None
+                # The first wait is HostFaultError's 60 s, doubling with each fault of the same spec in a row.
+                assert f"a passing fault: tried again in {60 * 2 ** (failure - 1)} s" in (record.last_error or "")
+            else:
+                assert record.failed_fingerprint is not None and record.retry_at is None
+                assert f"{FLAP_LIMIT} times in a row" in (record.last_error or "")
+            await w.faults.boot("dgx3")
+            if failure < FLAP_LIMIT:
+                held = (await w.cycle(apply=False)).plan.lane(PRODUCTION)  # dgx3 answers: only the backoff holds
+                assert held is not None and (held.action, held.cause) == ("blocked", Cause.BACKOFF)
+                w.store.update_lane(PRODUCTION, retry_at=time.time() - 1)  # the backoff has run out
+        held = (await w.cycle(apply=False)).plan.lane(PRODUCTION)
+        assert held is not None and (held.action, held.cause) == ("blocked", Cause.CONDEMNED)
+        assert [a["result"] for a in w.applies(PRODUCTION, head)] == ["failed"] * FLAP_LIMIT
         assert w.snapshot(EUGR_HOSTS) == eugr_before
 
 
