@@ -124,7 +124,9 @@ async def test_loads_then_serves(spawn: Spawn, port: int, eventually: Eventually
         str(port),
         "--served-model-name",
         "q",
-        env={"STANDIN_LOAD_S": "0.8", "STANDIN_VERSION": "0.32.0"},
+        # A load long enough that the first answers come before it ends even on a loaded machine (the load's
+        # clock starts when the process does: at 0.8 s, a slow interpreter start once answered healthy at once).
+        env={"STANDIN_LOAD_S": "4", "STANDIN_VERSION": "0.32.0"},
     )
     async with httpx.AsyncClient(timeout=5) as client:
         await eventually(lambda: _answers(client, port), 5)
@@ -137,7 +139,7 @@ async def test_loads_then_serves(spawn: Spawn, port: int, eventually: Eventually
         async def healthy() -> bool:
             return (await client.get(_url(port, "/health"))).status_code == 200
 
-        await eventually(healthy, 5)
+        await eventually(healthy, 15)
         models = (await client.get(_url(port, "/v1/models"))).json()
         assert [(m["id"], m["object"]) for m in models["data"]] == [("q", "model")]
         assert (await client.get(_url(port, "/version"))).json() == {"version": "0.32.0"}
