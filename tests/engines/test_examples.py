@@ -83,3 +83,22 @@ def test_staging_lane_on_the_ring_uses_every_cable_for_rdma_and_the_control_netw
         assert env["NCCL_IB_HCA"].split(",") == [p.hca for p in host.data_plane]
         assert (env["NCCL_IB_SUBNET_AWARE_ROUTING"], env["NCCL_IB_MERGE_NICS"]) == ("1", "0")
         assert "NCCL_IB_ADDR_RANGE" not in env
+
+
+def test_production_lane_switches_its_images_overlay_on_with_each_ranks_engram_rows() -> None:
+    # The image's overlay installs nothing without SPARK_ENGRAM_DIR (sparkrun-recipes,
+    # overlay/sitecustomize.py), and stock SGLang would load the Engram tables the lane declares offloaded.
+    desired = load_desired(_state_files(), "e" * 40)
+    lane = desired.lanes["dsv41-flash-1017-4x-sglang"]
+    assert lane.offloaded_weight_bytes == 2 * 384_000_000 * 264
+    specs = render_lane(lane, desired.models[lane.model], desired.fleet, desired.hosts, desired.commit)
+    chunk = 2048  # the launcher's CHUNK default, which the lane passes as --chunked-prefill-size
+    for spec in specs:
+        env = spec.env_map
+        rows = [m for m in spec.mounts if m.target == env["SPARK_ENGRAM_DIR"]]
+        assert [(m.source, m.read_only) for m in rows] == [("/data/dsv41-engram-local", True)]
+        assert spec.command[spec.command.index("--chunked-prefill-size") + 1] == str(chunk)
+        # The launcher sizes the overlay's gather for max(CHUNK, MAXREQ x 8) ids x 32.
+        assert env["SPARK_ENGRAM_MAX_IDS"] == str(max(chunk, lane.max_num_seqs * 8) * 32) == "65536"
+        # Its RDMA collectives need a GID index probed per node, which one env for every rank cannot carry.
+        assert env["SPARK_ROCE_AR"] == "0" and "B12X_ROCE_GID_INDEX" not in env
