@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.simfleet import QWEN, SMALL, WIDE_HOST, sim_fleet
+from tests.support.simfleet import QWEN, SMALL, WIDE_HOST, sim_fleet
 from tests.support.sparks import loopback
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]

@@ -20,7 +20,7 @@ import pytest
 from reconciler.facts.modelcheck import MODELCHECK_MARKER, modelcheck_argv
 from reconciler.sim.hostfacts import SimHostFacts
 from reconciler.sim.modelfiles import SimModelFiles
-from tests.cli.simfleet import SimFleet, sim_fleet
+from tests.support.simfleet import SimFleet, sim_fleet
 from tests.support.sparks import loopback
 
 pytestmark = pytest.mark.timeout(120)  # several `lanes` processes per test, on a busy machine

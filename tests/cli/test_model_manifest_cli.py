@@ -17,13 +17,13 @@ import pytest
 
 from reconciler.source.loadcommit import load_commit
 from reconciler.spec.manifest import parse_manifest
-from tests.cli.simfleet import state_files
 from tests.support.gitrepo import commit_files, make_repo
 from tests.support.lanesproc import run_lanes
+from tests.support.simfleet import state_files
 
 pytestmark = pytest.mark.timeout(120)  # a few `lanes` processes per test, on a busy machine
 
-SHA = "0" * 40  # the model file's pinned revision (tests/cli/simfleet.py)
+SHA = "0" * 40  # the model file's pinned revision (tests/support/simfleet.py)
 SNAPSHOT = "1234567890abcdef1234567890abcdef12345678"
 
 

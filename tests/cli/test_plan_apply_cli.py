@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.simfleet import HOSTS, QWEN, SMALL, sim_fleet
+from tests.support.simfleet import HOSTS, QWEN, SMALL, sim_fleet
 from tests.support.sparks import loopback
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.simfleet import SMALL, sim_fleet
+from tests.support.simfleet import SMALL, sim_fleet
 from tests.support.sparks import loopback
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.simfleet import QWEN, SMALL, SimFleet, sim_fleet
+from tests.support.simfleet import QWEN, SMALL, SimFleet, sim_fleet
 from tests.support.sparks import loopback
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.execute.cycle import CLOCK_FILE_ENV
-from tests.cli.simfleet import QWEN, SimFleet, sim_fleet
+from tests.support.simfleet import QWEN, SimFleet, sim_fleet
 from tests.support.sparks import loopback
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]

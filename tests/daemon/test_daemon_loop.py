@@ -22,11 +22,11 @@ from reconciler.daemon.service import Daemon
 from reconciler.source.notes import read_note
 from reconciler.source.webhook import sign
 from reconciler.store.journal import Store
-from tests.source.test_signatures import signed_commit, ssh_key, ssh_sign
 from tests.support.example import EUGR, PRODUCTION, fast_files
 from tests.support.gitrepo import StateRepo
 from tests.support.lanesproc import write_config
 from tests.support.net import free_port
+from tests.support.signing import signed_commit, ssh_key, ssh_sign
 from tests.support.sparks import DemoEnv, sim_for_example, stop_sparks
 from tests.support.storeview import lane_health
 from tests.support.waiting import wait_for

@@ -15,9 +15,8 @@ from reconciler.daemon.decider import CommitDecider
 from reconciler.daemon.metrics import Metrics
 from reconciler.source.mirror import Mirror
 from reconciler.store.journal import Store
-from tests.daemon.test_rewind import sign_files
-from tests.source.test_signatures import ssh_key
 from tests.support.gitrepo import StateRepo
+from tests.support.signing import sign_files, ssh_key
 
 pytestmark = [
     pytest.mark.timeout(60),

@@ -17,8 +17,8 @@ import pytest
 
 from reconciler.source.signatures import verify_commit
 from tests.daemon.test_signed_evidence import decided_evidence
-from tests.source.test_signatures import gpg_sign, run, ssh_key
 from tests.support.example import EUGR, PRODUCTION, example_state, fast, fast_files, loaded
+from tests.support.signing import gpg_sign, run, ssh_key
 from tests.support.sparks import loopback
 from tests.support.waiting import wait_for
 from tests.support.world import world_over

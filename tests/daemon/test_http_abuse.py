@@ -20,7 +20,7 @@ import reconciler.daemon.http as http_module
 from reconciler.daemon.hookroute import DeliveryWindow, receive_push
 from reconciler.daemon.http import HttpServer, Limits
 from reconciler.source.webhook import sign
-from tests.daemon.test_http import Hooks, raw
+from tests.support.httpserver import Hooks, raw
 
 LIMITS = Limits(head_timeout_s=2, body_timeout_s=2, handler_timeout_s=2, max_connections=4, max_bodies=2)
 SECRET = b"s3cret-hook-key"

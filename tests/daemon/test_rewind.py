@@ -7,52 +7,19 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
-from typing import Any
 
 import pygit2
 import pytest
 
 from reconciler.source.notes import read_note
-from tests.source.test_signatures import ssh_key, ssh_sign
-from tests.support.example import EUGR, example_state, fast, fast_files, loaded
+from tests.support.example import EUGR, example_state, fast, loaded
+from tests.support.signing import allowed_signers, signed
 from tests.support.sparks import loopback
 from tests.support.waiting import wait_for
-from tests.support.world import World, world_over
+from tests.support.world import world_over
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 _salt = itertools.count(171)
-
-
-def signed(world: World, key: Path, message: str, changes: dict[str, dict[str, Any]] | None = None) -> str:
-    """A commit of the example state with `changes`, signed by `key` as `git commit -S` does, onto main."""
-    return sign_files(world.repo.repo, key, fast_files(**(changes or {})), message)
-
-
-def sign_files(
-    repo: pygit2.Repository, key: Path, files: dict[str, bytes], message: str, parents: list[str] | None = None
-) -> str:
-    index = pygit2.Index()
-    for p, data in sorted(files.items()):
-        index.add(pygit2.IndexEntry(p, repo.create_blob(data), pygit2.enums.FileMode.BLOB))
-    tree = index.write_tree(repo)
-    if parents is None:
-        ref = repo.references.get("refs/heads/main")
-        parents = [str(ref.target)] if ref is not None else []
-    who = pygit2.Signature("Alice Operator", "alice@example.org")
-    content = str(repo.create_commit_string(who, who, message, tree, [pygit2.Oid(hex=p) for p in parents]))
-    oid = repo.create_commit_with_signature(content, ssh_sign(key, content))
-    repo.references.create("refs/heads/main", oid, force=True)
-    return str(oid)
-
-
-def allowed_signers(directory: Path) -> tuple[Path, Path]:
-    """Alice's key and an allowed signers file naming it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    alice = ssh_key(directory, "alice")
-    allowed = directory / "allowed_signers"
-    public = " ".join(Path(f"{alice}.pub").read_text().split()[:2])
-    allowed.write_text(f'alice@example.org namespaces="git" {public}\n')
-    return alice, allowed
 
 
 async def test_a_replayed_old_signed_commit_is_refused_until_an_operator_allows_it(tmp_path: Path) -> None:

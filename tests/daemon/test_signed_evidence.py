@@ -11,8 +11,8 @@ import pygit2
 import pytest
 
 from reconciler.source.signatures import verify_commit
-from tests.daemon.test_rewind import allowed_signers, signed
 from tests.support.example import EUGR, EUGR_HOSTS, PRODUCTION, example_state, fast, loaded
+from tests.support.signing import allowed_signers, signed
 from tests.support.sparks import loopback
 from tests.support.waiting import wait_for
 from tests.support.world import World, world_over

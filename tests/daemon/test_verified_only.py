@@ -16,11 +16,11 @@ from reconciler.daemon.config import load_config
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.service import Daemon
 from reconciler.source.loadcommit import load_commit
-from tests.daemon.test_rewind import allowed_signers, sign_files
 from tests.support.example import PRODUCTION, fast_files, with_spare_hosts
 from tests.support.gitrepo import StateRepo
 from tests.support.lanesproc import write_config
 from tests.support.net import free_port
+from tests.support.signing import allowed_signers, sign_files
 from tests.support.sparks import start_sparks, stop_sparks
 from tests.support.storeview import StoreView, lane_health
 from tests.support.waiting import wait_for

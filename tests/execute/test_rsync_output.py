@@ -17,7 +17,7 @@ from reconciler.execute.rsync import (
     remote_dest,
     rsh_string,
 )
-from tests.execute.stagingworld import rsync_missing
+from tests.support.stagingworld import rsync_missing
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ import pytest
 
 from reconciler.execute.staging import CONTROL_NODE, StageOrigin, StageProgress, StageReport, StagingError, stage
 from reconciler.transport.local import LocalTransport
-from tests.execute.stagingworld import (
+from tests.support.stagingworld import (
     SmallDisk,
     Staging,
     gone,

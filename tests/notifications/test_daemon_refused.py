@@ -9,9 +9,9 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from tests.daemon.test_rewind import allowed_signers, signed
 from tests.support.example import EUGR, example_state, fast, loaded
 from tests.support.receivers import Receivers
+from tests.support.signing import allowed_signers, signed
 from tests.support.sparks import loopback
 from tests.support.waiting import wait_for
 from tests.support.world import world_over

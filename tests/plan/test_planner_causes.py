@@ -9,8 +9,8 @@ import pytest
 from reconciler.facts.observed import ObservedContainer, ObservedFleet, UnmanagedContainer
 from reconciler.plan import planner
 from reconciler.plan.steps import Cause, Drift, DriftKind
-from tests.plan.test_planner import converge, empty_fleet, run
 from tests.support.example import EUGR, PRODUCTION, example_state
+from tests.support.planfleet import converge, empty_fleet, run
 
 pytestmark = pytest.mark.timeout(30)
 

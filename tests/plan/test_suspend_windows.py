@@ -12,8 +12,8 @@ from reconciler.facts.observed import ObservedFleet
 from reconciler.plan import Cause, DriftKind, LanePlan, Plan
 from reconciler.spec.load import DesiredState
 from reconciler.spec.windows import ChangeWindow, WindowsFile
-from tests.plan.test_planner import NEW_IMAGE, converge, empty_fleet, run
 from tests.support.example import EUGR, PRODUCTION, example_state, with_lane
+from tests.support.planfleet import NEW_IMAGE, converge, empty_fleet, run
 
 pytestmark = pytest.mark.timeout(30)
 

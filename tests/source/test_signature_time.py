@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.source.signatures import verify_commit
 from tests.source.gitutil import commit
-from tests.source.test_signatures import ssh_key, ssh_sign
+from tests.support.signing import ssh_key, ssh_sign
 
 pytestmark = [
     pytest.mark.timeout(60),

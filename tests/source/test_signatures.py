@@ -13,48 +13,12 @@ import pytest
 
 from reconciler.source.signatures import verify_commit
 from tests.source.gitutil import commit
+from tests.support.signing import gpg_env, gpg_sign, run, signed_commit, ssh_key, ssh_sign
 
 pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen is not installed"),
 ]
-
-
-def run(*argv: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
-    result = subprocess.run(list(argv), input=stdin, capture_output=True, check=False, timeout=30, env=env)
-    assert result.returncode == 0, f"{argv}: {result.stderr.decode(errors='replace')}"
-    return result.stdout
-
-
-def ssh_key(directory: Path, name: str) -> Path:
-    key = directory / name
-    run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key))
-    return key
-
-
-def ssh_sign(key: Path, payload: str) -> str:
-    """`ssh-keygen -Y sign -n git`, which is what `git commit -S` runs with gpg.format=ssh."""
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "payload"
-        data.write_text(payload)
-        run("ssh-keygen", "-Y", "sign", "-n", "git", "-f", str(key), str(data))
-        return (Path(tmp) / "payload.sig").read_text()
-
-
-def signed_commit(
-    repo: pygit2.Repository, sign: object, message: str = "signed change\n", *, sign_as: str | None = None
-) -> str:
-    """A commit on main whose object carries a gpgsig header over `sign_as` (default: itself)."""
-    parent = repo.references["refs/heads/main"].target
-    tree = repo[parent].tree_id  # type: ignore[attr-defined]
-    who = pygit2.Signature("Alice Operator", "alice@example.org")
-    # The stub says Oid; libgit2 returns the commit object's text, which is what gets signed.
-    content = str(repo.create_commit_string(who, who, message, tree, [parent]))
-    signed_payload = content if sign_as is None else str(repo.create_commit_string(who, who, sign_as, tree, [parent]))
-    signature = sign(signed_payload)  # type: ignore[operator]
-    oid = repo.create_commit_with_signature(content, signature)
-    repo.references.create("refs/heads/main", oid, force=True)
-    return str(oid)
 
 
 @pytest.fixture
@@ -125,10 +89,6 @@ def test_missing_allowed_signers_and_wrong_mode_are_refused(
 # -- GPG -----------------------------------------------------------------------------
 
 
-def _gpg_env(home: Path) -> dict[str, str]:
-    return {"GNUPGHOME": str(home), "PATH": "/usr/bin:/bin:/usr/local/bin"}
-
-
 @pytest.fixture
 def gpg_homes() -> Iterator[tuple[Path, Path, Path]]:
     """A signing home with Alice's key, another with Mallory's, and a verify-only home with Alice's public key.
@@ -153,35 +113,19 @@ def gpg_homes() -> Iterator[tuple[Path, Path, Path]]:
                 "ed25519",
                 "sign",
                 "never",
-                env=_gpg_env(home),
+                env=gpg_env(home),
             )
         homes[2].chmod(0o700)
-        public = run("gpg", "--batch", "--armor", "--export", "alice@example.org", env=_gpg_env(homes[0]))
-        run("gpg", "--batch", "--import", stdin=public, env=_gpg_env(homes[2]))
+        public = run("gpg", "--batch", "--armor", "--export", "alice@example.org", env=gpg_env(homes[0]))
+        run("gpg", "--batch", "--import", stdin=public, env=gpg_env(homes[2]))
         yield homes[0], homes[1], homes[2]
     finally:
         for home in homes:
             # End the agents these homes started (and only those), then remove the homes.
             subprocess.run(
-                ["gpgconf", "--kill", "all"], env=_gpg_env(home), capture_output=True, check=False, timeout=30
+                ["gpgconf", "--kill", "all"], env=gpg_env(home), capture_output=True, check=False, timeout=30
             )
             shutil.rmtree(home, ignore_errors=True)
-
-
-def gpg_sign(home: Path, payload: str) -> str:
-    out = run(
-        "gpg",
-        "--batch",
-        "--pinentry-mode",
-        "loopback",
-        "--passphrase",
-        "",
-        "--armor",
-        "--detach-sign",
-        stdin=payload.encode(),
-        env=_gpg_env(home),
-    )
-    return out.decode()
 
 
 def test_gpg_signatures_good_and_from_an_unknown_key(

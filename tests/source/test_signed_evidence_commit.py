@@ -12,8 +12,8 @@ from reconciler.errors import TransientError
 from reconciler.source.evidence import commit_evidence
 from reconciler.source.mirror import Mirror
 from reconciler.source.signatures import verify_commit
-from tests.source.test_signatures import ssh_key
 from tests.support.gitrepo import StateRepo
+from tests.support.signing import ssh_key
 
 pytestmark = [
     pytest.mark.timeout(60),

@@ -23,8 +23,8 @@ from reconciler.upstream.gap import gap_rows
 from reconciler.upstream.poll import poll_source
 from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, propose_all
 from reconciler.upstream.store import UpstreamStore
-from tests.source.test_signatures import ssh_key, ssh_sign
 from tests.support.example import PRODUCTION, repo_files
+from tests.support.signing import ssh_key, ssh_sign
 from tests.upstream.conftest import VirtualClock
 from tests.upstream.fixtures import local_upstreams, make_state_repo
 from tests.upstream.servers import MULTI_ARCH, App, FakeForge, FakeGitHub, FakeRegistry, ImageKind, LocalServer
