@@ -16,7 +16,7 @@ import pygit2
 import pytest
 
 from reconciler.source.signatures import verify_commit
-from tests.daemon.test_signed_evidence import decided_evidence
+from tests.support.evidencerepo import decided_evidence
 from tests.support.example import EUGR, PRODUCTION, example_state, fast, fast_files, loaded
 from tests.support.signing import gpg_sign, run, ssh_key
 from tests.support.sparks import loopback

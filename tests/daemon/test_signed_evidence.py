@@ -7,15 +7,15 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import pygit2
 import pytest
 
 from reconciler.source.signatures import verify_commit
+from tests.support.evidencerepo import decided_evidence
 from tests.support.example import EUGR, EUGR_HOSTS, PRODUCTION, example_state, fast, loaded
 from tests.support.signing import allowed_signers, signed
 from tests.support.sparks import loopback
 from tests.support.waiting import wait_for
-from tests.support.world import World, world_over
+from tests.support.world import world_over
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 _salt = itertools.count(191)
@@ -27,23 +27,6 @@ def add_evidence_signer(allowed: Path, public: Path) -> None:
     key = " ".join(public.read_text().split()[:2])
     with allowed.open("a") as out:
         out.write(f'lanes-evidence namespaces="git" {key}\n')
-
-
-def evidence_head(w: World) -> str | None:
-    """The branch head when it is an evidence commit the daemon has decided about."""
-    git = w.repo.repo
-    head = str(git.references["refs/heads/main"].target)
-    commit = git[head]
-    assert isinstance(commit, pygit2.Commit)
-    return head if "Evidence-For:" in commit.message and w.outcome(head) is not None else None
-
-
-async def decided_evidence(w: World) -> str:
-    """Waits for the daemon's first evidence commit and its decision; the commit."""
-    await wait_for(lambda: evidence_head(w) is not None, 120, "an evidence commit decided by the daemon")
-    head = evidence_head(w)
-    assert head is not None
-    return head
 
 
 async def test_with_signing_and_bench_on_the_daemon_keeps_reconciling_after_its_evidence(tmp_path: Path) -> None:

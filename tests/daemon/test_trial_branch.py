@@ -14,7 +14,7 @@ import pytest
 
 from reconciler.source.loadcommit import load_commit
 from reconciler.spec.load import load_desired
-from tests.notifications.test_daemon_regression import evidence_files, lane_evidence
+from tests.support.evidencerepo import evidence_files, lane_evidence
 from tests.support.example import (
     EUGR,
     PROD_REPO,

@@ -23,7 +23,7 @@ import pytest
 from reconciler.cli.demo import DEMO_SECRET
 from tests.dashboard.browser import dump_dom, need_chromium, screenshot
 from tests.dashboard.dom import Node, parse
-from tests.notifications.test_daemon_regression import evidence_files, lane_evidence
+from tests.support.evidencerepo import evidence_files, lane_evidence
 from tests.support.example import EUGR, PRODUCTION, example_state, fast, fast_files, loaded
 from tests.support.lanesproc import WEBHOOK_SECRET
 from tests.support.sparks import loopback

@@ -10,38 +10,16 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from tests.support.evidencerepo import evidence_files, lane_evidence
 from tests.support.example import EUGR, PROD_REPO, PRODUCTION, example_state, fast, fast_files, loaded
 from tests.support.receivers import Receivers
 from tests.support.sparks import loopback
 from tests.support.waiting import wait_for
-from tests.support.world import World, world_over
+from tests.support.world import world_over
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 _salt = itertools.count(941)
 QUICK = {"bench_profile": "quick"}
-
-
-def evidence_files(w: World) -> dict[str, bytes]:
-    """The evidence the daemon committed so far (a person's next commit keeps it, as a pull would)."""
-    git = w.repo.repo
-    tree = git[git.references["refs/heads/main"].target].peel(pygit2.Tree)
-    out: dict[str, bytes] = {}
-
-    def walk(t: pygit2.Tree, prefix: str) -> None:
-        for entry in t:
-            obj = git[entry.id]
-            if isinstance(obj, pygit2.Tree):
-                walk(obj, f"{prefix}{entry.name}/")
-            elif isinstance(obj, pygit2.Blob):
-                out[f"{prefix}{entry.name}"] = obj.data
-
-    if "evidence" in tree:
-        walk(git[tree["evidence"].id].peel(pygit2.Tree), "evidence/")
-    return out
-
-
-def lane_evidence(w: World, lane: str) -> list[str]:
-    return [p for p in evidence_files(w) if p.startswith(f"evidence/{lane}/") and p.endswith(".json")]
 
 
 async def test_a_slower_engine_is_told_as_an_evidence_regression(tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from reconciler.facts.observed import ObservedFleet
-from reconciler.plan import Cause, DriftKind, LanePlan, Plan
+from reconciler.plan import Cause, DriftKind
 from reconciler.spec.load import DesiredState
 from reconciler.spec.windows import ChangeWindow, WindowsFile
 from tests.support.example import EUGR, PRODUCTION, example_state, with_lane
-from tests.support.planfleet import NEW_IMAGE, converge, empty_fleet, run
+from tests.support.planfleet import NEW_IMAGE, converge, empty_fleet, lane_of, run
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,12 +39,6 @@ def without_rank(observed: ObservedFleet, hostname: str, lane: str) -> ObservedF
 
 def suspended(state: DesiredState, lane: str, **more: Any) -> DesiredState:
     return with_lane(state, lane, suspended=True, **more)
-
-
-def lane_of(result: Plan, name: str) -> LanePlan:
-    lp = result.lane(name)
-    assert lp is not None
-    return lp
 
 
 def test_a_suspended_lane_with_a_rank_removed_by_hand_is_left_as_it_is_and_says_so() -> None:

@@ -14,9 +14,8 @@ from reconciler.plan.swaps import Stopped
 from reconciler.policy import evaluate
 from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState, load_desired
-from tests.plan.test_suspend_windows import lane_of
 from tests.support.example import EUGR, PRODUCTION, example_policies, example_state, repo_files, with_lane
-from tests.support.planfleet import NEW_IMAGE, applied_fleet, converge, empty_fleet, run
+from tests.support.planfleet import NEW_IMAGE, applied_fleet, converge, empty_fleet, lane_of, run
 
 pytestmark = pytest.mark.timeout(30)
 NEXT = "dsv41-flash-next-4x-sglang"

@@ -13,7 +13,7 @@ from reconciler.facts.observed import (
     ObservedHost,
     UnmanagedContainer,
 )
-from reconciler.plan import Plan, PlanOptions, fingerprint, plan_fleet
+from reconciler.plan import LanePlan, Plan, PlanOptions, fingerprint, plan_fleet
 from reconciler.policy import evaluate
 from reconciler.spec.load import DesiredState
 from tests.support.example import example_policies
@@ -81,3 +81,9 @@ def run(desired: DesiredState, observed: ObservedFleet, **options: object) -> Pl
 def converge(desired: DesiredState) -> tuple[Plan, ObservedFleet]:
     first = run(desired, empty_fleet(desired))
     return first, applied_fleet(desired, first)
+
+
+def lane_of(result: Plan, name: str) -> LanePlan:
+    lp = result.lane(name)
+    assert lp is not None
+    return lp
