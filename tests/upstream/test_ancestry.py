@@ -17,8 +17,8 @@ from reconciler.upstream.base import PollSettings
 from reconciler.upstream.githead import poll_git_head
 from reconciler.upstream.store import UpstreamStore
 from tests.policy.test_known_issues import POLICIES, glm
+from tests.support.upstreamgit import commit
 from tests.upstream.conftest import VirtualClock
-from tests.upstream.test_githead import commit
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,32 +9,16 @@ from pathlib import Path
 
 import pygit2
 import pytest
-import typer
-from typer.testing import CliRunner
 
-from reconciler.cli.upstream import propose_cmd, upstream_cmd
-from reconciler.logsetup import configure
 from reconciler.upstream.gap import GapRow, gap_rows
 from reconciler.upstream.store import UpstreamStore
 from tests.support.example import EUGR, GLM, MINIMAX, PRODUCTION, example_state, repo_files
+from tests.support.upstreamcli import app, runner
+from tests.support.upstreamgit import commit as git_commit
 from tests.upstream.fixtures import feed_note_releases, local_upstreams, make_state_repo
 from tests.upstream.servers import App, FakeGitHub, FakeRegistry, LocalServer
-from tests.upstream.test_githead import commit as git_commit
 
 pytestmark = pytest.mark.timeout(60)
-
-app = typer.Typer()
-
-
-@app.callback()
-def main() -> None:
-    """As reconciler.cli.main does: logs to stderr, so --json owns stdout."""
-    configure("warning")
-
-
-app.command("upstream")(upstream_cmd)
-app.command("propose")(propose_cmd)
-runner = CliRunner()
 
 
 def rows_by_lane(rows: list[GapRow]) -> dict[str, GapRow]:

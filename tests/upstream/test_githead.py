@@ -11,21 +11,10 @@ from reconciler.spec.upstream import GitHead
 from reconciler.upstream.base import PollSettings
 from reconciler.upstream.githead import mirror_path, poll_git_head
 from reconciler.upstream.store import UpstreamStore
+from tests.support.upstreamgit import commit
 from tests.upstream.conftest import VirtualClock
 
 pytestmark = pytest.mark.timeout(30)
-
-AUTHOR = pygit2.Signature("FLARE dev", "dev@example.org", 1_792_000_000, 0)
-
-
-def commit(repo: pygit2.Repository, subject: str, when: int, branch: str = "main") -> str:
-    ref = f"refs/heads/{branch}"
-    parents = [repo.references[ref].target] if ref in repo.references else []
-    blob = repo.create_blob(subject.encode())
-    builder = repo.TreeBuilder()
-    builder.insert("CHANGES", blob, pygit2.enums.FileMode.BLOB)
-    sig = pygit2.Signature(AUTHOR.name, AUTHOR.email, when, 0)
-    return str(repo.create_commit(ref, sig, sig, f"{subject}\n\nbody of {subject}\n", builder.write(), parents))
 
 
 def upstream_repo(tmp_path: Path) -> pygit2.Repository:

@@ -25,10 +25,10 @@ from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, pro
 from reconciler.upstream.store import UpstreamStore
 from tests.support.example import PRODUCTION, repo_files
 from tests.support.signing import ssh_key, ssh_sign
+from tests.support.upstreamcli import app, runner
 from tests.upstream.conftest import VirtualClock
 from tests.upstream.fixtures import local_upstreams, make_state_repo
 from tests.upstream.servers import MULTI_ARCH, App, FakeForge, FakeGitHub, FakeRegistry, ImageKind, LocalServer
-from tests.upstream.test_gap import app, runner
 
 pytestmark = pytest.mark.timeout(60)
 
