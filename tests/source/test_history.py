@@ -63,7 +63,7 @@ def fleet(tmp_path: Path) -> Fleet:
     old_image = next(line for line in prod.splitlines() if line.startswith("image:"))
     prod = prod.replace(old_image, old_image.split("@")[0] + "@" + NEW_DIGEST)
     prod = prod.replace("max_num_seqs: 16", "max_num_seqs: 32")
-    prod = prod.replace('SGLANG_ENABLE_JIT_DEEPGEMM: "0"', 'SGLANG_ENABLE_JIT_DEEPGEMM: "0"\n  NCCL_DEBUG: WARN')
+    prod = prod.replace('SGLANG_ENABLE_JIT_DEEPGEMM: "0"', 'SGLANG_ENABLE_JIT_DEEPGEMM: "0"\n  NCCL_DEBUG_SUBSYS: INIT')
     bump = commit(repo, {lane(PRODUCTION): prod.encode()}, "dsv41: new image, 32 sequences\n\nBody text.", author=bob)
 
     evidence_path = f"evidence/{PRODUCTION}/20261023T091500Z-{bump[:12]}.json"
@@ -121,7 +121,7 @@ def test_a_lanes_changes_newest_first_with_fields_notes_and_evidence(fleet: Flee
         for d in described
     )
     assert "max_num_seqs: 16 -> 32" in described
-    assert "env.NCCL_DEBUG: (unset) -> WARN" in described
+    assert "env.NCCL_DEBUG_SUBSYS: (unset) -> INIT" in described
     assert len(described) == 3
     assert bump.note is not None and f"lanes: applied {PRODUCTION}: healthy in 4.6 s" in bump.note
     assert bump.evidence == (f"evidence/{PRODUCTION}/20261023T091500Z-{fleet.bump[:12]}.json",)
