@@ -14,6 +14,7 @@ serves passed its gate, and its health follows the answer.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -187,7 +188,7 @@ class Executor:
             outcome, result = Outcome.DENIED, Result.DENIED
         elif lp.action == "suspended":
             outcome, result = Outcome.SUSPENDED, Result.SUSPENDED
-        elif rec is not None and lp.cause not in UNASSESSED and (where := serving_gate(rec)) is not None:
+        elif lp.cause not in UNASSESSED and (where := serving_gate(rec, self.ops.targets)) is not None:
             # Held (a failed spec, a backoff, a lease, a change window, a failed swap) or refused at planning,
             # while the spec that last passed its gate serves: its engine is asked, where it passed that gate.
             held = self._held_reason(lp, rec)
@@ -236,11 +237,12 @@ UNASSESSED = frozenset({Cause.UNREACHABLE, Cause.DENIED, Cause.SUSPENDED})
 its timeout), a lane policy refused (denied whatever answers), a lane a person suspended (hands off)."""
 
 
-def serving_gate(rec: LaneRecord) -> dict[str, Any] | None:
-    """Where the spec the record says serves passed its gate; None when the record says nothing serves."""
-    if not rec.fingerprint or not rec.healthy_gate or rec.health == LaneHealth.STOPPED:
+def serving_gate(rec: LaneRecord | None, targets: Mapping[str, object]) -> dict[str, Any] | None:
+    """Where the spec the record says serves passed its gate; None when the record says nothing serves (or
+    names a host the fleet no longer has)."""
+    if rec is None or not rec.fingerprint or not rec.healthy_gate or rec.health == LaneHealth.STOPPED:
         return None
-    return rec.healthy_gate
+    return rec.healthy_gate if str(rec.healthy_gate.get("host")) in targets else None
 
 
 __all__ = ["Executor", "ExecutorConfig", "LaneResult", "ProgressEvent", "ProgressFn", "Result"]
