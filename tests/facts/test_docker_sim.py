@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +169,9 @@ async def test_a_container_that_cannot_start_stays_created(
 ) -> None:
     """As `docker run --gpus all` on a host without the NVIDIA runtime: the id is printed, the start fails."""
 
-    async def cannot_start(self: SimContainer, address: str, work_dir: Path) -> None:
+    async def cannot_start(
+        self: SimContainer, address: str, work_dir: Path, peers: Mapping[str, str] | None = None
+    ) -> None:
         raise SharedStandinError("the stand-in process is gone")
 
     monkeypatch.setattr(SimContainer, "launch", cannot_start)
