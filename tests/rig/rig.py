@@ -381,8 +381,13 @@ class Rig:
         return len(log.read_text().splitlines()) if log.exists() else 0
 
     def set_link(self, host: str, up: bool) -> None:
-        """Cut or restore a host's cable: its veth in the root namespace."""
+        """Cut or restore a host's cable: its veth in the root namespace.
+
+        Restored, the host's ARP entry is dropped too: connections made while the cable was cut leave it
+        FAILED, and until the kernel probes again a new connection gets "No route to host" (seen once)."""
         sh(["ip", "link", "set", self.hosts[host].veth, "up" if up else "down"])
+        if up:
+            sh(["ip", "neigh", "flush", "to", self.hosts[host].address, "dev", self.bridge], check=False)
 
     def cut_link(self, host: str) -> None:
         """Cut a host's cable a while ago, as between two cycles: the link is down and this machine's ARP
