@@ -57,12 +57,24 @@ def killed_after(pids: list[int]) -> Iterator[None]:
                 os.kill(pid, signal.SIGKILL)
 
 
+def with_child(marker: Path, before: str = "") -> list[str]:
+    """A program that starts a long child, writes the child's pid to `marker`, and waits for it."""
+    return ["sh", "-c", f"{before}sleep 3600 & echo $! > {marker}; wait"]
+
+
+async def cancelled(task: asyncio.Task[object]) -> None:
+    """Cancel `task` and wait for it to end cancelled (bounded, so a hang fails the test)."""
+    task.cancel()
+    async with asyncio.timeout(30):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_a_cancel_that_lands_while_the_program_starts_kills_its_child_too(tmp_path: Path) -> None:
     # rsync starts its ssh at once; a cancel landing before asyncio has connected rsync's pipes used to kill
     # rsync alone, then wait for pipes the orphaned ssh still held: the cancel hung and ssh lived on.
     marker = tmp_path / "child.pid"
-    program = ["sh", "-c", f"sleep 3600 & echo $! > {marker}; wait"]
-    task = asyncio.create_task(run_streaming(program, timeout=600))
+    task = asyncio.create_task(run_streaming(with_child(marker), timeout=600))
     for _ in range(100):  # one loop step at a time, until the step that spawned the program
         await asyncio.sleep(0)
         if running(str(marker)):
@@ -72,16 +84,13 @@ async def test_a_cancel_that_lands_while_the_program_starts_kills_its_child_too(
         # The loop stays blocked while the program starts its child, so the cancel lands before asyncio has
         # connected the program's pipes (the step after the spawn).
         pids.append(child_pid(marker))
-        task.cancel()
-        async with asyncio.timeout(30):
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        await cancelled(task)
         assert not alive(pids[0])
 
 
 async def test_a_cancel_while_it_runs_kills_the_program_and_its_child(tmp_path: Path) -> None:
     marker = tmp_path / "child.pid"
-    task = asyncio.create_task(run_streaming(["sh", "-c", f"sleep 3600 & echo $! > {marker}; wait"], timeout=600))
+    task = asyncio.create_task(run_streaming(with_child(marker), timeout=600))
     pids: list[int] = []
     with killed_after(pids):
         for _ in range(500):
@@ -89,16 +98,13 @@ async def test_a_cancel_while_it_runs_kills_the_program_and_its_child(tmp_path: 
                 break
             await asyncio.sleep(0.02)
         pids.append(int(marker.read_text()))
-        task.cancel()
-        async with asyncio.timeout(30):
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        await cancelled(task)
         assert not alive(pids[0])
 
 
 async def test_a_timeout_kills_the_program_and_its_child_and_keeps_its_stderr(tmp_path: Path) -> None:
     marker = tmp_path / "child.pid"
-    program = ["sh", "-c", f"echo starting >&2; sleep 3600 & echo $! > {marker}; wait"]
+    program = with_child(marker, before="echo starting >&2; ")
     pids: list[int] = []
     with killed_after(pids):
         # Long enough that the program has started its child before the deadline, even on a loaded machine.
