@@ -80,8 +80,14 @@ def main():
             while os.read(0, 4096):
                 pass
             if proc.poll() is None:
-                sys.stderr.write("lanes-stage-relay: the control node went away: stopping rsync\n")
+                # Stop first, then say so: with the control node gone, sshd has closed our stderr too, and
+                # the write fails (EPIPE); had it come first, rsync would run on.
                 stop(proc)
+                try:
+                    sys.stderr.write("lanes-stage-relay: the control node went away: rsync stopped\n")
+                    sys.stderr.flush()
+                except OSError:
+                    pass
 
         def on_signal(signum, frame):
             stop(proc)

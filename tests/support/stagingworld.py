@@ -27,7 +27,7 @@ from reconciler.transport.base import CommandResult, HostTarget
 from reconciler.transport.local import LocalTransport
 
 FAKE_SSH = r"""#!@PYTHON@
-import json, os, subprocess, sys, time
+import json, os, subprocess, sys, threading, time
 WITH_ARG = set("BbcDEeFIiJLlmOopQRSWw")
 args = sys.argv[1:]
 i = 0
@@ -48,7 +48,36 @@ with open(os.environ["FAKE_SSH_LOG"], "a") as log:
 hang = os.environ.get("FAKE_SSH_HANG", "")
 if hang and hang in " ".join(rest):
     time.sleep(3600)
-os.execvp("sh", ["sh", "-c", " ".join(rest)])
+# As sshd runs it: the command in a session of its own, its stdio carried through this process. So a signal
+# to our process group never reaches the command, and our death is seen there as sshd's closing of the
+# channel: EOF on stdin, a broken pipe on stdout.
+child = subprocess.Popen(["sh", "-c", " ".join(rest)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+
+
+def pump(src, dst, close):
+    try:
+        while True:
+            data = memoryview(os.read(src, 65536))
+            if not data:
+                break
+            while data:
+                data = data[os.write(dst, data):]
+    except OSError:
+        pass
+    if close:
+        os.close(dst)
+
+
+threading.Thread(target=pump, args=(0, child.stdin.fileno(), True), daemon=True).start()
+outs = [threading.Thread(target=pump, args=(child.stdout.fileno(), 1, False)),
+        threading.Thread(target=pump, args=(child.stderr.fileno(), 2, False))]
+for t in outs:
+    t.start()
+code = child.wait()
+for t in outs:
+    t.join()
+os._exit(code if code >= 0 else 255)  # a command killed by a signal: ssh's 255 (no exit-status came)
 """
 
 
