@@ -94,19 +94,17 @@ class SwapRun:
             lp = self.plans[t]
             if t == failed:
                 fields, message = failure_fields(store, lp, exc, f"{exc}; the swap did not begin: {kept} kept serving")
-                settle(
-                    store, t, Outcome.FAILED_UNTOUCHED,
-                    last_error=message, desired_commit=lp.commit, swap_undone=None, **fields,
-                )  # fmt: skip
-                result = Result.FAILED
+                outcome, result = Outcome.FAILED_UNTOUCHED, Result.FAILED
+                fields["swap_undone"] = None
             else:
                 message = f"the swap did not begin ({failed}: {exc}); {kept} kept serving"
-                settle(store, t, Outcome.WAITING, last_error=message, desired_commit=lp.commit)
-                result = Result.BLOCKED
+                fields, outcome, result = {}, Outcome.WAITING, Result.BLOCKED
+            # The apply row first, then the record (as a transaction ends: see LaneTransaction._journal).
             store.record_apply(
                 store.new_run(), t, lp.commit, lp.fingerprint, result.value, message, time.time(), {},
                 cause=lp.cause.value,
             )  # fmt: skip
+            settle(store, t, outcome, last_error=message, desired_commit=lp.commit, **fields)
             out[t] = LaneResult(t, lp.action, result, message, cause=lp.cause)
         for g in self.swap.giving:
             lp = self.plans[g]
@@ -208,16 +206,15 @@ class SwapRun:
             to = (restore.healthy_commit or "")[:12] or "previous"
             message = f"{SWAP_ROLLED_BACK}: {cause} ({why}); {lane} serves its previous spec ({to}) again, seen ready"
             # The gate passed just now: what serves is observed, and it is the spec the lane last ran.
-            settle(store, lane, Outcome.OBSERVED_READY, last_error=message, fingerprint=restore.fingerprint)
-            outcome = Result.ROLLED_BACK
+            health, outcome = Outcome.OBSERVED_READY, Result.ROLLED_BACK
         else:
             message = f"{SWAP_ROLLED_BACK}: {cause} ({why}); bringing {lane} back failed: {restore.error}"
-            settle(store, lane, Outcome.ROLLBACK_FAILED, last_error=message, fingerprint=None)
-            outcome = Result.FAILED
+            health, outcome = Outcome.ROLLBACK_FAILED, Result.FAILED
         fingerprint = rec.fingerprint if rec else None
         store.record_apply(
             run, lane, lp.commit, fingerprint, outcome.value, message, started, {}, restore.logs, cause=lp.cause.value
         )
+        settle(store, lane, health, last_error=message, fingerprint=restore.fingerprint if restore.ok else None)
         self.shared.progress(ProgressEvent(lane, "swap-rollback", "done" if restore.ok else "failed", message))
         clear_restore(store, lane)
         return replace(result, result=outcome, error=message)

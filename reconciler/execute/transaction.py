@@ -96,14 +96,15 @@ class LaneTransaction:
         except LeaseBlockedError as exc:
             return await self._blocked(exc)
         except StepFailedError as exc:
+            self._journal(Result.FAILED, str(exc))
             settle(
                 self.s.store, lp.lane, Outcome.STOP_FAILED, before=self.before,
                 last_error=str(exc), desired_commit=lp.commit,
             )  # fmt: skip
-            self._journal(Result.FAILED, str(exc))
             return self._result(Result.FAILED, str(exc))
         finally:
             await self.s.leases.give_back(self.held)
+        self._journal(Result.STOPPED, None)
         settle(
             self.s.store,
             lp.lane,
@@ -115,7 +116,6 @@ class LaneTransaction:
             fingerprint=None,
             **CLEAR_RETRY,
         )
-        self._journal(Result.STOPPED, None)
         return self._result(Result.STOPPED)
 
     async def deploy(self) -> LaneResult:
@@ -282,8 +282,8 @@ class LaneTransaction:
         lp = self.lp
         self.timings["total"] = round(time.monotonic() - self.t0, 3)
         if lp.cause == Cause.RESTORED_DRIFT:
-            settle_restored(self.s.store, lp, self.timings)  # the failed spec stays held, its fingerprints kept
             self._journal(Result.ROLLED_BACK, lp.reason)
+            settle_restored(self.s.store, lp, self.timings)  # the failed spec stays held, its fingerprints kept
             return self._result(Result.ROLLED_BACK, lp.reason)
         head = next((step for step in reversed(lp.steps) if isinstance(step, WaitReady)), None)
         gate_at = (
@@ -303,9 +303,9 @@ class LaneTransaction:
         if self.drift:
             fields["drift"] = {"time": time.time(), "commit": lp.commit, "items": [d.to_json() for d in self.drift]}
         verified = lp.action == "verify"
-        settle(self.s.store, lp.lane, Outcome.OBSERVED_READY if verified else Outcome.APPLIED, **fields)
         result = Result.VERIFIED if verified else Result.APPLIED
         self._journal(result, None)
+        settle(self.s.store, lp.lane, Outcome.OBSERVED_READY if verified else Outcome.APPLIED, **fields)
         return self._result(result)
 
     async def _blocked(self, exc: LeaseBlockedError) -> LaneResult:
@@ -329,8 +329,8 @@ class LaneTransaction:
         if not exc.touched:
             # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
             fields, message = failure_fields(store, lp, exc, str(exc))
-            settle(store, lp.lane, Outcome.FAILED_UNTOUCHED, before=self.before, last_error=message, **fields)
             self._journal(Result.FAILED, message)
+            settle(store, lp.lane, Outcome.FAILED_UNTOUCHED, before=self.before, last_error=message, **fields)
             await self.s.leases.give_back(self.held)
             return self._result(Result.FAILED, message)
         self.s.progress(ProgressEvent(lp.lane, "rollback", "started", str(exc)))
@@ -345,8 +345,8 @@ class LaneTransaction:
             message, outcome, result = f"{exc}{tail}", Outcome.ROLLBACK_FAILED, Result.FAILED
         fields, message = failure_fields(store, lp, exc, message)
         fields["fingerprint"] = restore.fingerprint
-        settle(store, lp.lane, outcome, before=self.before, last_error=message, **fields)
         self._journal(result, message, restore.logs)
+        settle(store, lp.lane, outcome, before=self.before, last_error=message, **fields)
         self.s.progress(ProgressEvent(lp.lane, "rollback", "done" if restore.ok else "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(result, message, logs=restore.logs)
@@ -358,11 +358,12 @@ class LaneTransaction:
         if exc.touched:
             logs = (await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)).logs
             message = f"putting the last healthy spec back failed: {exc}; nothing of the lane serves now"
+            self._journal(Result.FAILED, message, logs)
             settle(store, lp.lane, Outcome.ROLLBACK_FAILED, before=self.before, last_error=message, fingerprint=None)
         else:
             message = f"putting the last healthy spec back failed before any rank stopped: {exc}"
+            self._journal(Result.FAILED, message, logs)
             settle(store, lp.lane, Outcome.FAILED_UNTOUCHED, before=self.before, last_error=message)
-        self._journal(Result.FAILED, message, logs)
         self.s.progress(ProgressEvent(lp.lane, "repair", "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(Result.FAILED, message, logs=logs)
@@ -377,17 +378,22 @@ class LaneTransaction:
             store.step_finished(step_id, error=None if restore.ok else (restore.error or "no previous spec"))
             if restore.ok:
                 message = "interrupted by shutdown; previous spec restarted without waiting for it to load"
-                settle(store, lp.lane, Outcome.INTERRUPTED, last_error=message, fingerprint=restore.fingerprint)
             else:
                 message = "interrupted by shutdown; " + (restore.error or "no previous spec")
-                settle(store, lp.lane, Outcome.INTERRUPTED, last_error=message, fingerprint=None)
             self._journal(Result.ROLLED_BACK if restore.ok else Result.FAILED, message, restore.logs)
+            settle(
+                store, lp.lane, Outcome.INTERRUPTED,
+                last_error=message, fingerprint=restore.fingerprint if restore.ok else None,
+            )  # fmt: skip
         else:
             message = "interrupted by shutdown before any rank was stopped"
             settle(store, lp.lane, Outcome.INTERRUPTED_UNTOUCHED, before=self.before, last_error=message)
         await self.s.leases.give_back(self.held)
 
     def _journal(self, result: Result, error: str | None, logs: dict[str, str] | None = None) -> None:
+        """The apply row; written before the lane's record settles, so whoever sees the record's ending
+        (`lanes status`, a test) finds the row that explains it, and a crash between the two loses no history
+        (the record is still 'progressing' and the next resync gates the lane again)."""
         lp = self.lp
         drift = [d.to_json() for d in self.drift] or None
         self.s.store.record_apply(
