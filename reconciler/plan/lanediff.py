@@ -87,9 +87,12 @@ def drift_reason(cause: Cause, drift: tuple[Drift, ...]) -> str:
     return "; ".join(d.describe() for d in drift)
 
 
-def change_cause(current: list[tuple[str, ObservedContainer]], drift: tuple[Drift, ...]) -> Cause:
-    """A first deploy, a changed spec (every difference is another spec or image), or drift to repair."""
-    if not current:
+def change_cause(current: list[tuple[str, ObservedContainer]], drift: tuple[Drift, ...], *, was_ready: bool) -> Cause:
+    """A first deploy, a changed spec (every difference is another spec or image), or drift to repair.
+
+    `was_ready`: a gate once saw the lane serve (its record keeps the fingerprint). Every rank of such a lane
+    gone is drift (each named missing), not a first deploy."""
+    if not current and not was_ready:
         return Cause.FIRST_DEPLOY
     if drift and all(d.kind in {DriftKind.OTHER_SPEC, DriftKind.OTHER_IMAGE} for d in drift):
         return Cause.SPEC_CHANGED

@@ -189,7 +189,7 @@ def _plan_lane(
         why = "; ".join(str(p) for p in problems) + "; nothing was stopped"
         return replace(with_specs, action="blocked", reason=why, cause=Cause.HOST_FACTS)
     drift = drift_of(specs, current, squatters, lane.port)
-    cause = change_cause(current, drift)
+    cause = change_cause(current, drift, was_ready=name in opts.ready)
     reason = drift_reason(cause, drift)
     if not opts.window_override and restarts_running(current, drift):
         at = opts.window_clock if opts.window_clock is not None else opts.clock

@@ -58,6 +58,20 @@ def _with_state(fleet: ObservedFleet, hostname: str, name: str, state: str, code
     return ObservedFleet({**fleet.hosts, hostname: replace(h, containers=changed)})
 
 
+def test_a_lane_once_seen_ready_with_every_rank_gone_is_drift_not_a_first_deploy() -> None:
+    desired = example_state()
+    _, applied = converge(desired)
+    gone = applied
+    for host, c in [(h, c) for h, obs in applied.hosts.items() for c in obs.containers if f"-{EUGR}-" in c.name]:
+        gone = _without(gone, host, c.name)
+    lp = run(desired, gone).lane(EUGR)  # its record keeps the fingerprint a gate saw ready
+    assert lp is not None and (lp.action, lp.cause) == ("deploy", Cause.DRIFT)
+    assert {d.kind for d in lp.drift} == {DriftKind.MISSING} and len(lp.drift) == len(lp.specs) > 1
+    assert f"lanes-{EUGR}-r0 missing on" in lp.reason
+    never = run(desired, gone, ready={}).lane(EUGR)  # no gate ever saw it: the first deploy it is
+    assert never is not None and (never.cause, never.reason) == (Cause.FIRST_DEPLOY, "not running: first deploy")
+
+
 def test_drift_is_named_by_kind_host_and_container() -> None:
     desired = example_state()
     _, applied = converge(desired)

@@ -131,7 +131,7 @@ def test_a_host_rebooted_mid_apply_is_rolled_back_everywhere_and_converges_after
     plan = rig.plan()
     actions = {lp["name"]: (lp["action"], lp["reason"]) for lp in plan.json()["lanes"]}
     assert plan.json()["unreachable"] == [], plan.describe()
-    assert actions["edge"] == ("deploy", "not running: first deploy"), actions  # every rank of it is gone
+    assert actions["edge"] == ("deploy", "lanes-edge-r0 missing on rig1"), actions  # every rank of it is gone
     assert actions["quad"][0] == "blocked" and "lanes retry quad" in actions["quad"][1], actions
     assert actions["solo"][0] == "noop", actions
     retry = rig.lanes("retry", "quad", "--db", str(rig.db))
