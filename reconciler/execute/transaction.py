@@ -326,9 +326,10 @@ class LaneTransaction:
             raise asyncio.CancelledError from exc
         if lp.cause == Cause.RESTORED_DRIFT:
             return await self._repair_failed(exc)
+        why = self._repairing(str(exc))
         if not exc.touched:
             # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
-            fields, message = failure_fields(store, lp, exc, str(exc))
+            fields, message = failure_fields(store, lp, exc, why)
             self._journal(Result.FAILED, message)
             settle(store, lp.lane, Outcome.FAILED_UNTOUCHED, before=self.before, last_error=message, **fields)
             await self.s.leases.give_back(self.held)
@@ -339,10 +340,10 @@ class LaneTransaction:
         store.step_finished(step_id, error=None if restore.ok else (restore.error or "no previous spec"))
         if restore.ok:
             to = restore.healthy_commit[:12] if restore.healthy_commit else "previous"
-            message, outcome, result = f"{exc}; rolled back to {to}", Outcome.ROLLED_BACK, Result.ROLLED_BACK
+            message, outcome, result = f"{why}; rolled back to {to}", Outcome.ROLLED_BACK, Result.ROLLED_BACK
         else:
             tail = f"; restoring the previous spec failed: {restore.error}" if restore.attempted else ""
-            message, outcome, result = f"{exc}{tail}", Outcome.ROLLBACK_FAILED, Result.FAILED
+            message, outcome, result = f"{why}{tail}", Outcome.ROLLBACK_FAILED, Result.FAILED
         fields, message = failure_fields(store, lp, exc, message)
         fields["fingerprint"] = restore.fingerprint
         self._journal(result, message, restore.logs)
@@ -357,13 +358,13 @@ class LaneTransaction:
         lp, store, logs = self.lp, self.s.store, {}
         if exc.touched:
             logs = (await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)).logs
-            message = f"putting the last healthy spec back failed: {exc}; nothing of the lane serves now"
-            self._journal(Result.FAILED, message, logs)
-            settle(store, lp.lane, Outcome.ROLLBACK_FAILED, before=self.before, last_error=message, fingerprint=None)
+            why, outcome = f"{exc}; nothing of the lane serves now", Outcome.ROLLBACK_FAILED
         else:
-            message = f"putting the last healthy spec back failed before any rank stopped: {exc}"
-            self._journal(Result.FAILED, message, logs)
-            settle(store, lp.lane, Outcome.FAILED_UNTOUCHED, before=self.before, last_error=message)
+            why, outcome = f"{exc} (before any rank stopped)", Outcome.FAILED_UNTOUCHED
+        message = self._repairing(f"putting the last healthy spec back failed: {why}")
+        self._journal(Result.FAILED, message, logs)
+        fields = {"fingerprint": None} if exc.touched else {}
+        settle(store, lp.lane, outcome, before=self.before, last_error=message, **fields)
         self.s.progress(ProgressEvent(lp.lane, "repair", "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(Result.FAILED, message, logs=logs)
@@ -389,6 +390,12 @@ class LaneTransaction:
             message = "interrupted by shutdown before any rank was stopped"
             settle(store, lp.lane, Outcome.INTERRUPTED_UNTOUCHED, before=self.before, last_error=message)
         await self.s.leases.give_back(self.held)
+
+    def _repairing(self, message: str) -> str:
+        """A failed repair's message with what it repaired: the record's drift names repairs that passed only."""
+        if not self.drift:
+            return message
+        return f"repairing {'; '.join(d.describe() for d in self.drift)}: {message}"
 
     def _journal(self, result: Result, error: str | None, logs: dict[str, str] | None = None) -> None:
         """The apply row; written before the lane's record settles, so whoever sees the record's ending

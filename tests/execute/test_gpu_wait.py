@@ -53,3 +53,19 @@ async def test_a_gpu_still_held_at_the_timeout_fails_the_lane_as_a_passing_fault
     record = world.store.lane(PRODUCTION)
     assert record is not None and record.failed_fingerprint is None  # not condemned: retried after a backoff
     assert record.retry_at is not None
+
+
+async def test_a_drift_repair_that_fails_says_what_it_was_repairing(world: World) -> None:
+    await world.cycle()
+    rank = f"lanes-{PRODUCTION}-r1"
+    await world.docker("dgx2", "rm", "-f", rank)  # by hand
+    hold_gpu_after_stop(world, 600.0)  # the other ranks, stopped for the repair, keep their GPUs
+    world.env.runner.settings = replace(world.env.runner.settings, gpu_free_timeout_s=0.5)
+    result = await world.cycle()
+    production = next(r for r in result.results if r.lane == PRODUCTION)
+    assert production.result in {"failed", "rolled-back"}
+    assert f"repairing {rank} missing on dgx2: " in (production.error or ""), production.error
+    record = world.store.lane(PRODUCTION)
+    assert record is not None and f"repairing {rank} missing on dgx2: " in (record.last_error or "")
+    [last] = world.store.applies(PRODUCTION, limit=1)
+    assert last["cause"] == "drift" and rank in last["drift"]
