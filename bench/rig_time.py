@@ -49,8 +49,11 @@ def one_apply() -> dict[str, float]:
 
 def tier() -> dict[str, float]:
     t0 = time.monotonic()
-    result = subprocess.run([str(ROOT / ".venv/bin/pytest"), "-m", "rig", "tests/rig", "-q", "-p", "no:cacheprovider"],
-                            cwd=ROOT, check=False)
+    result = subprocess.run(
+        [str(ROOT / ".venv/bin/pytest"), "-m", "rig", "tests/rig", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        check=False,
+    )
     return {"tier_wall_s": round(time.monotonic() - t0, 1), "exit": result.returncode}
 
 

@@ -189,9 +189,7 @@ def ram_in_bytes(text: str, flag: str) -> int:
     return int(float(match.group(1)) * scale)
 
 
-ULIMIT_NAMES = words(
-    "core cpu data fsize locks memlock msgqueue nice nofile nproc rss rtprio rttime sigpending stack"
-)
+ULIMIT_NAMES = words("core cpu data fsize locks memlock msgqueue nice nofile nproc rss rtprio rttime sigpending stack")
 """What docker's go-units ParseUlimit knows (the RLIMIT_* names, lower case, without `as`)."""
 CAPABILITIES = words(
     "AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE "

@@ -218,12 +218,15 @@ class SimDockerDaemon:
         needed, gives = required_cuda(container.env), self.driver_cuda()
         if host_config["DeviceRequests"] is not None and needed and gives and not driver_gives(gives, needed):
             # The NVIDIA runtime's prestart hook refuses it: the container stays created, never started.
-            container.exit_code, container.error = 128, (
-                "failed to create task for container: failed to create shim task: OCI runtime create failed: "
-                "runc create failed: unable to start container process: error during container init: error "
-                "running hook #0: error running hook: exit status 1, stdout: , stderr: nvidia-container-cli: "
-                f"requirement error: unsatisfied condition: cuda>={needed}, please update your driver to a newer "
-                "version, or use an earlier cuda container: unknown"
+            container.exit_code, container.error = (
+                128,
+                (
+                    "failed to create task for container: failed to create shim task: OCI runtime create failed: "
+                    "runc create failed: unable to start container process: error during container init: error "
+                    "running hook #0: error running hook: exit status 1, stdout: , stderr: nvidia-container-cli: "
+                    f"requirement error: unsatisfied condition: cuda>={needed}, please update your driver to a newer "
+                    "version, or use an earlier cuda container: unknown"
+                ),
             )
             return 127, cid + "\n", stderr + f"docker: Error response from daemon: {container.error}.\n"
         if host_config["DeviceRequests"] is not None and self.gpu_held_for() > 0:
@@ -273,7 +276,7 @@ class SimDockerDaemon:
             if path not in self.device_paths():
                 raise CliError(
                     "docker: Error response from daemon: error gathering device information while adding custom "
-                    f'device "{path}": no such file or directory.\nSee \'docker run --help\'.',
+                    f"device \"{path}\": no such file or directory.\nSee 'docker run --help'.",
                     125,
                 )
             target = device.split(":")[1] if ":" in device else path

@@ -68,9 +68,7 @@ def test_bench_writes_evidence_and_chart_then_flags_a_slower_engine(
     assert "**Regression:**" in body and "tg_throughput" in body and "**worse**" in body
 
 
-def test_bad_input_exits_2_and_an_unusable_endpoint_exits_5(
-    repo: Path, tmp_path: Path
-) -> None:
+def test_bad_input_exits_2_and_an_unusable_endpoint_exits_5(repo: Path, tmp_path: Path) -> None:
     code, _, err = bench(repo, "--profile", "nope")
     assert code == 2 and "no bench profile 'nope'" in err
     result = runner.invoke(app, ["bench", "no-such-lane", "--repo", str(repo), "--url", "http://127.0.0.1:9"])

@@ -25,7 +25,10 @@ runner = CliRunner()
 def test_demo_once_converges_the_example_fleet_and_a_second_cycle_has_nothing_to_do() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "reconciler.cli.main", "demo", "--once", "--json", "--repo", str(ROOT)],
-        capture_output=True, text=True, timeout=110, check=False,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
@@ -72,8 +75,9 @@ def test_the_pre_commit_hook_refuses_a_commit_lanes_check_denies(tmp_path: Path)
     lane.write_text(lane.read_text() + "no_such_field: 1\n")
 
     def git(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", "-C", str(target), *args], capture_output=True, text=True, env=env, timeout=50,
-                              check=False)
+        return subprocess.run(
+            ["git", "-C", str(target), *args], capture_output=True, text=True, env=env, timeout=50, check=False
+        )
 
     assert git("add", "-A").returncode == 0
     refused = git("commit", "-m", "a field lanes does not know")
@@ -101,12 +105,22 @@ def test_schema_writes_one_json_schema_per_file_kind(tmp_path: Path) -> None:
 def test_model_describe_prints_a_model_file(tmp_path: Path) -> None:
     ckpt = tmp_path / "Tiny-GQA"
     ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_attention_heads": 8,
-        "num_key_value_heads": 2, "hidden_size": 512, "head_dim": 64, "max_position_embeddings": 4096,
-    }))
-    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123456789},
-                                                                  "weight_map": {}}))
+    (ckpt / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "num_hidden_layers": 4,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 2,
+                "hidden_size": 512,
+                "head_dim": 64,
+                "max_position_embeddings": 4096,
+            }
+        )
+    )
+    (ckpt / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 123456789}, "weight_map": {}})
+    )
     result = runner.invoke(app, ["model", "describe", str(ckpt), "--host-path", "/models/Tiny-GQA"])
     assert result.exit_code == 0, result.output
     data = YAML(typ="safe").load(result.output)

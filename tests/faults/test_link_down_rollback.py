@@ -27,9 +27,7 @@ async def test_a_worker_cut_off_during_the_readiness_wait_is_skipped_by_the_roll
         new_image = w.env.fleet.registry.add(f"{PROD_REPO}:cut-worker", env={"STANDIN_LOAD_S": "30"}).pinned
         # A readiness budget the watcher always beats, however loaded the machine: the case is the cut.
         patient = {**FAST_HEALTH, "ready_timeout_s": 90}
-        head = w.commit(
-            "production: bump (dgx2's cable is cut)", {PRODUCTION: {"image": new_image, "health": patient}}
-        )
+        head = w.commit("production: bump (dgx2's cable is cut)", {PRODUCTION: {"image": new_image, "health": patient}})
         cycle = asyncio.create_task(w.cycle())
         await wait_for(lambda: w.journal_has(PRODUCTION, "wait-ready", head), 60, "the readiness wait", 0.01)
         await w.faults.cut_link("dgx2")

@@ -51,9 +51,16 @@ def running(rig: Rig, host: str) -> dict[str, Running]:
     for c in rig.containers(host):
         cfg = c.get("Config") or {}
         out[c["Name"].lstrip("/")] = Running(
-            host=host, name=c["Name"].lstrip("/"), id=c["Id"], status=c["State"]["Status"],
-            labels=cfg.get("Labels") or {}, image_digest=c.get("ImageDigest", ""), image_name=c.get("ImageName", ""),
-            path=c.get("Path", ""), args=tuple(c.get("Args") or ()), env=tuple(cfg.get("Env") or ()),
+            host=host,
+            name=c["Name"].lstrip("/"),
+            id=c["Id"],
+            status=c["State"]["Status"],
+            labels=cfg.get("Labels") or {},
+            image_digest=c.get("ImageDigest", ""),
+            image_name=c.get("ImageName", ""),
+            path=c.get("Path", ""),
+            args=tuple(c.get("Args") or ()),
+            env=tuple(cfg.get("Env") or ()),
             mounts=tuple((m["Source"], m["Destination"], bool(m["RW"])) for m in c.get("Mounts") or ()),
             started_at=c["State"].get("StartedAt", ""),
         )
@@ -70,8 +77,13 @@ def digest_of(ref: str) -> str:
     return ref.rsplit("@", 1)[1]
 
 
-def quad_and_solo(rig: Rig, *, image_ref: str | None = None, quad_env: Mapping[str, str] | None = None,
-                  quad_health: Mapping[str, float] | None = None) -> dict[str, dict[str, Any]]:
+def quad_and_solo(
+    rig: Rig,
+    *,
+    image_ref: str | None = None,
+    quad_env: Mapping[str, str] | None = None,
+    quad_health: Mapping[str, float] | None = None,
+) -> dict[str, dict[str, Any]]:
     """The rig's example fleet: a 4-rank lane over every host and a 1-rank lane sharing rig2 on port 8001."""
     return {
         "quad": rig.lane("quad", QUAD_HOSTS, image_ref=image_ref, env=quad_env, health=quad_health),

@@ -82,8 +82,14 @@ def _free_port() -> int:
 def traced_files(repo: Path, workdir: Path) -> list[str]:
     """Every module file the stand-in loads while serving each endpoint once."""
     out = workdir / "traced.json"
-    subprocess.run([HOST_PYTHON, "-c", _TRACER, str(repo), str(_free_port()), str(out)], check=True,
-                   timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir)
+    subprocess.run(
+        [HOST_PYTHON, "-c", _TRACER, str(repo), str(_free_port()), str(out)],
+        check=True,
+        timeout=60,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+    )
     files: list[str] = json.loads(out.read_text())
     return files
 
@@ -120,7 +126,7 @@ def build_rootfs(repo: Path, root: Path, workdir: Path) -> None:
     natives = [python]
     for path in traced_files(repo, workdir):
         if path.startswith(repo_prefix):
-            _copy(path, root, f"{IN_IMAGE_SITE}/{path[len(repo_prefix):]}")
+            _copy(path, root, f"{IN_IMAGE_SITE}/{path[len(repo_prefix) :]}")
             continue
         real = os.path.realpath(path)
         _copy(path, root, os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path)).lstrip("/"))
@@ -128,8 +134,9 @@ def build_rootfs(repo: Path, root: Path, workdir: Path) -> None:
             natives.append(real)
         if path.endswith(".py"):
             folder, name = os.path.split(path)
-            cached = os.path.join(folder, "__pycache__", name[:-3] + f".cpython-{sys.version_info[0]}"
-                                  f"{sys.version_info[1]}.pyc")
+            cached = os.path.join(
+                folder, "__pycache__", name[:-3] + f".cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc"
+            )
             if os.path.exists(cached):
                 _copy(cached, root)
     for lib in _libraries(natives):

@@ -38,8 +38,10 @@ class LaneRun:
         return data
 
     def describe(self) -> str:
-        return (f"$ {shlex.join(self.argv)}\nexit {self.returncode} after {self.seconds:.1f} s\n"
-                f"stdout:\n{self.stdout[-4000:]}\nstderr:\n{self.stderr[-4000:]}")
+        return (
+            f"$ {shlex.join(self.argv)}\nexit {self.returncode} after {self.seconds:.1f} s\n"
+            f"stdout:\n{self.stdout[-4000:]}\nstderr:\n{self.stderr[-4000:]}"
+        )
 
 
 def run_lanes(args: Sequence[str], *, cwd: Path, timeout: float = 240.0) -> LaneRun:
@@ -49,15 +51,19 @@ def run_lanes(args: Sequence[str], *, cwd: Path, timeout: float = 240.0) -> Lane
     return LaneRun(argv, result.returncode, result.stdout, result.stderr, time.monotonic() - t0)
 
 
-def run_lanes_watching(args: Sequence[str], on_progress: Callable[[str], None], *, cwd: Path,
-                       timeout: float = 240.0) -> LaneRun:
+def run_lanes_watching(
+    args: Sequence[str], on_progress: Callable[[str], None], *, cwd: Path, timeout: float = 240.0
+) -> LaneRun:
     """Like `run_lanes`, calling `on_progress` with each line of progress (stderr) as it is printed."""
     argv = [str(LANES), *args]
     t0 = time.monotonic()
     lines: list[str] = []
-    with tempfile.TemporaryFile("w+") as out, subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=cwd,
-            env=LANES_ENV) as proc:
+    with (
+        tempfile.TemporaryFile("w+") as out,
+        subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=cwd, env=LANES_ENV
+        ) as proc,
+    ):
         assert proc.stderr is not None
         try:
             for line in proc.stderr:

@@ -73,7 +73,7 @@ STANDIN_ARGS = ("python3", "-m", "reconciler.sim.standin")
 # RIG_HOST variable its sshd sets. podman 4.3 has no --gpus; on a Spark the NVIDIA runtime
 # consumes it, here there is no GPU, so it is dropped. `ps --format '{{json .}}'` is printed
 # the way docker prints it. Every invocation is logged so a test can tell that nothing ran on a host.
-DOCKER_WRAPPER = r'''#!/usr/bin/python3 -I
+DOCKER_WRAPPER = r"""#!/usr/bin/python3 -I
 import json, os, subprocess, sys, time
 RIG = @RIG@
 host = os.environ.get("RIG_HOST", "")
@@ -115,18 +115,33 @@ if args and args[0] == "ps" and ("{{json .}}" in args or "--format={{json .}}" i
         print(json.dumps(item))
     sys.exit(p.returncode)
 os.execv("/usr/bin/podman", podman + args)
-'''
+"""
 
 
 class RigError(RuntimeError):
     """The rig could not be built or driven; the message says which step."""
 
 
-def sh(argv: Sequence[str], *, check: bool = True, timeout: float = 120.0, env: Mapping[str, str] | None = None,
-       input: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def sh(
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run a local command; on failure raise with the argv and the tail of its stderr."""
-    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                            env=dict(env) if env is not None else None, input=input, cwd=cwd)
+    result = subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=dict(env) if env is not None else None,
+        input=input,
+        cwd=cwd,
+    )
     if check and result.returncode != 0:
         raise RigError(f"{shlex.join(argv)}: exit {result.returncode}: {result.stderr.strip()[-2000:]}")
     return result
@@ -258,11 +273,26 @@ def _mounts_under(folder: Path) -> list[str]:
     return sorted(points, key=len, reverse=True)
 
 
-def podman_local(store: Path, *args: str, check: bool = True, timeout: float = 120.0
-                 ) -> subprocess.CompletedProcess[str]:
+def podman_local(
+    store: Path, *args: str, check: bool = True, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
     """podman on one of the rig's stores, from the root namespace."""
-    return sh(["podman", "--root", str(store / "storage"), "--runroot", str(store / "run"), "--tmpdir",
-               str(store / "tmp"), "--events-backend", "file", *args], check=check, timeout=timeout)
+    return sh(
+        [
+            "podman",
+            "--root",
+            str(store / "storage"),
+            "--runroot",
+            str(store / "run"),
+            "--tmpdir",
+            str(store / "tmp"),
+            "--events-backend",
+            "file",
+            *args,
+        ],
+        check=check,
+        timeout=timeout,
+    )
 
 
 def remove_rig_dir(folder: Path) -> None:
@@ -282,8 +312,9 @@ def cleanup_stale() -> None:
     for folder in base.glob(f"{PREFIX}-*"):
         owner = (folder / "owner").read_text().strip() if (folder / "owner").exists() else ""
         if owner and owner != process_identity(os.getpid()) and process_identity(int(owner.split()[0])) == owner:
-            raise RigError(f"another rig ({folder}, process {owner.split()[0]}) is running: "
-                           f"its subnet {SUBNET}.0/24 is taken")
+            raise RigError(
+                f"another rig ({folder}, process {owner.split()[0]}) is running: its subnet {SUBNET}.0/24 is taken"
+            )
         for pidfile in [folder / "registry.pid", *folder.glob("hosts/*/sshd.pid")]:
             if not pidfile.exists():
                 continue
@@ -299,7 +330,7 @@ def cleanup_stale() -> None:
         parts = line.split(":")
         if len(parts) > 1:
             dev = parts[1].strip().split("@")[0]
-            if dev.startswith(LINK_PREFIX) and dev[len(LINK_PREFIX):len(LINK_PREFIX) + 1].isdigit():
+            if dev.startswith(LINK_PREFIX) and dev[len(LINK_PREFIX) : len(LINK_PREFIX) + 1].isdigit():
                 sh(["ip", "link", "delete", dev], check=False)
     restore_podman_conf()
 
@@ -309,5 +340,3 @@ def delete_link(dev: str) -> None:
     result = sh(["ip", "link", "delete", dev], check=False)
     if result.returncode != 0 and "Cannot find device" not in result.stderr:
         raise RigError(f"ip link delete {dev}: {result.stderr.strip()}")
-
-

@@ -20,12 +20,14 @@ import httpx
 from tests.rig import image
 from tests.rig.machine import IMAGE_REPO, REGISTRY, RigError, podman_local
 
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-])
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -49,15 +51,26 @@ class Registry:
 
     def start(self) -> None:
         config = self.folder / "registry.yml"
-        config.write_text(json.dumps({  # JSON is YAML
-            "version": 0.1,
-            "log": {"level": "warn", "accesslog": {"disabled": True}},
-            "storage": {"filesystem": {"rootdirectory": str(self.folder / "registry")}, "delete": {"enabled": True}},
-            "http": {"addr": REGISTRY},
-        }))
+        config.write_text(
+            json.dumps(
+                {  # JSON is YAML
+                    "version": 0.1,
+                    "log": {"level": "warn", "accesslog": {"disabled": True}},
+                    "storage": {
+                        "filesystem": {"rootdirectory": str(self.folder / "registry")},
+                        "delete": {"enabled": True},
+                    },
+                    "http": {"addr": REGISTRY},
+                }
+            )
+        )
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                ["docker-registry", "serve", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         (self.folder / "registry.pid").write_text(f"{self.proc.pid}\n")  # for a later run's cleanup_stale
         deadline = time.monotonic() + 15
         while True:
@@ -88,8 +101,9 @@ class Registry:
 
     def digest(self, tag: str) -> str:
         """The manifest digest the registry serves for a tag (what a pin must say)."""
-        r = httpx.head(f"http://{REGISTRY}/v2/{IMAGE_REPO}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES},
-                       timeout=5)
+        r = httpx.head(
+            f"http://{REGISTRY}/v2/{IMAGE_REPO}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=5
+        )
         if r.status_code != 200 or "docker-content-digest" not in r.headers:
             raise RigError(f"registry has no manifest for {IMAGE_REPO}:{tag} (HTTP {r.status_code})")
         return r.headers["docker-content-digest"]
@@ -104,10 +118,22 @@ class Registry:
             tar = work / f"{tag}.tar"
             image.write_tar(root, tar, {"etc/lanes-rig-image": f"{rig_id} {tag}\n"})
             name = f"{REGISTRY}/{IMAGE_REPO}:{tag}"
-            podman_local(store, "import", "--change", "ENV PATH=/usr/local/bin:/usr/bin:/bin",
-                         "--change", "ENV STANDIN_LOAD_S=0.2", "--change", "ENV STANDIN_TG_TPS=500",
-                         "--change", f"ENV STANDIN_VERSION=rig-{tag}",
-                         "--change", 'CMD ["python3", "-m", "reconciler.sim.standin"]', str(tar), name)
+            podman_local(
+                store,
+                "import",
+                "--change",
+                "ENV PATH=/usr/local/bin:/usr/bin:/bin",
+                "--change",
+                "ENV STANDIN_LOAD_S=0.2",
+                "--change",
+                "ENV STANDIN_TG_TPS=500",
+                "--change",
+                f"ENV STANDIN_VERSION=rig-{tag}",
+                "--change",
+                'CMD ["python3", "-m", "reconciler.sim.standin"]',
+                str(tar),
+                name,
+            )
             podman_local(store, "push", "--tls-verify=false", name)
             refs[tag] = f"{REGISTRY}/{IMAGE_REPO}@{self.digest(tag)}"
         missing = "sha256:" + hashlib.sha256(f"{rig_id} never pushed".encode()).hexdigest()

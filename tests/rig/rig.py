@@ -58,6 +58,7 @@ REPO = Path(__file__).resolve().parents[2]
 INSPECT_ALL = 'ids=$(docker ps -aq) && if [ -n "$ids" ]; then docker inspect $ids; else echo "[]"; fi'
 """A constant script (no field of ours in it): inspect every container of a host."""
 
+
 @dataclass
 class RigHost:
     name: str
@@ -187,16 +188,19 @@ class Rig:
         for folder in (self.model_path, self.hf_cache, self.state_on_host):
             folder.mkdir(parents=True, exist_ok=True)
         (self.model_path / "config.json").write_text('{"architectures": ["TinyForCausalLM"]}\n')
-        self.repo.init(policies=REPO / "policies", hosts={h.name: (h.address, h.fabric_address)
-                                                          for h in self.hosts.values()},
-                       model_path=self.model_path, hf_cache=self.hf_cache, state_on_host=self.state_on_host,
-                       label=self.rig_id)
+        self.repo.init(
+            policies=REPO / "policies",
+            hosts={h.name: (h.address, h.fabric_address) for h in self.hosts.values()},
+            model_path=self.model_path,
+            hf_cache=self.hf_cache,
+            state_on_host=self.state_on_host,
+            label=self.rig_id,
+        )
         self._check_hosts()
         self.timings["setup"] = time.monotonic() - t0
 
     def _keys(self) -> None:
-        sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{self.rig_id}-client", "-f",
-            str(self.client_key)])
+        sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{self.rig_id}-client", "-f", str(self.client_key)])
         bindir = self.folder / "bin"
         bindir.mkdir()
         wrapper = bindir / "docker"
@@ -209,10 +213,16 @@ class Rig:
         sh(["ip", "addr", "add", f"{ROOT_ADDRESS}/24", "dev", self.bridge])
         sh(["ip", "link", "set", self.bridge, "up"])
         for index, name in enumerate(HOST_NAMES, start=1):
-            host = RigHost(name=name, index=index, address=f"{SUBNET}.{10 + index}",
-                           netns=f"{self.rig_id}-{index}", veth=f"{LINK_PREFIX}{self.tag}h{index}",
-                           folder=self.folder / "hosts" / name, fabric_address=f"{FABRIC_SUBNET}.{10 + index}",
-                           fabric_veth=f"{LINK_PREFIX}{self.tag}d{index}")
+            host = RigHost(
+                name=name,
+                index=index,
+                address=f"{SUBNET}.{10 + index}",
+                netns=f"{self.rig_id}-{index}",
+                veth=f"{LINK_PREFIX}{self.tag}h{index}",
+                folder=self.folder / "hosts" / name,
+                fabric_address=f"{FABRIC_SUBNET}.{10 + index}",
+                fabric_veth=f"{LINK_PREFIX}{self.tag}d{index}",
+            )
             self.hosts[name] = host
             for sub in ("storage", "run", "tmp", "home"):
                 (host.folder / sub).mkdir(parents=True)
@@ -231,8 +241,21 @@ class Rig:
             sh(["ip", "link", "add", self.fabric_bridge, "type", "bridge"])
             self._made_fabric = True
             sh(["ip", "link", "set", self.fabric_bridge, "up"])
-        sh(["ip", "link", "add", host.fabric_veth, "type", "veth", "peer", "name", FABRIC_INTERFACE,
-            "netns", host.netns])
+        sh(
+            [
+                "ip",
+                "link",
+                "add",
+                host.fabric_veth,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                FABRIC_INTERFACE,
+                "netns",
+                host.netns,
+            ]
+        )
         sh(["ip", "link", "set", host.fabric_veth, "master", self.fabric_bridge, "up"])
         sh(["ip", "-n", host.netns, "addr", "add", f"{host.fabric_address}/24", "dev", FABRIC_INTERFACE])
         sh(["ip", "-n", host.netns, "link", "set", FABRIC_INTERFACE, "up"])
@@ -241,25 +264,27 @@ class Rig:
         path = f"{self.folder / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
         # On the data plane too, as a Spark's sshd listens on every address: staging copies host to host there.
         fabric = [f"ListenAddress {host.fabric_address}:22"] if host.fabric_address else []
-        return "\n".join([
-            f"ListenAddress {host.address}:22",
-            *fabric,
-            f"HostKey {host.hostkey}",
-            f"PidFile {host.pidfile}",
-            f"AuthorizedKeysFile {host.authorized_keys}",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "UsePAM no",
-            "PermitRootLogin prohibit-password",
-            "StrictModes no",
-            "MaxStartups 100:30:200",
-            "MaxSessions 100",
-            "LogLevel VERBOSE",
-            # Each host has a home of its own, as each Spark does (and this machine's root ~/.bashrc,
-            # which bash reads for every ssh command, stays out of the hosts).
-            f"SetEnv RIG_HOST={host.name} PATH={path} HOME={host.folder / 'home'}",
-            "",
-        ])
+        return "\n".join(
+            [
+                f"ListenAddress {host.address}:22",
+                *fabric,
+                f"HostKey {host.hostkey}",
+                f"PidFile {host.pidfile}",
+                f"AuthorizedKeysFile {host.authorized_keys}",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "PermitRootLogin prohibit-password",
+                "StrictModes no",
+                "MaxStartups 100:30:200",
+                "MaxSessions 100",
+                "LogLevel VERBOSE",
+                # Each host has a home of its own, as each Spark does (and this machine's root ~/.bashrc,
+                # which bash reads for every ssh command, stays out of the hosts).
+                f"SetEnv RIG_HOST={host.name} PATH={path} HOME={host.folder / 'home'}",
+                "",
+            ]
+        )
 
     def _start_sshd(self, host: RigHost, *, new_key: bool = True, hide: Path | None = None, tmpfs_mb: int = 4) -> None:
         """Start a host's sshd in its network namespace; with `hide`, also in a mount namespace of its own
@@ -280,8 +305,23 @@ class Rig:
             # A private mount namespace (this machine's / is private anyway): the tmpfs stays this host's.
             script = 'mount -t tmpfs -o "size=$3m,mode=0755" "$1" "$2" && shift 3 && exec "$@"'
             hide.mkdir(parents=True, exist_ok=True)
-            sh([*enter, "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                f"{PREFIX}-hidden", str(hide), str(tmpfs_mb), *sshd])
+            sh(
+                [
+                    *enter,
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    script,
+                    "sh",
+                    f"{PREFIX}-hidden",
+                    str(hide),
+                    str(tmpfs_mb),
+                    *sshd,
+                ]
+            )
         host.hidden = hide
         deadline = time.monotonic() + 10
         while not host.pidfile.exists() or not host.pidfile.read_text().strip():
@@ -320,14 +360,14 @@ class Rig:
 
     # ---- state repository -------------------------------------------------------------------------
 
-    def publish(self, lanes: Mapping[str, Mapping[str, Any]], message: str,
-                hosts: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    def publish(
+        self, lanes: Mapping[str, Mapping[str, Any]], message: str, hosts: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> str:
         """Commit these lanes (and only these; `hosts`: changes to host files), `git push` them to the forge;
         the sha lanes will see."""
         return self.repo.publish(lanes, message, hosts)
 
-    def lane(self, name: str, hosts: Sequence[str], *, image_ref: str | None = None, **fields: Any
-             ) -> dict[str, Any]:
+    def lane(self, name: str, hosts: Sequence[str], *, image_ref: str | None = None, **fields: Any) -> dict[str, Any]:
         """A stand-in lane (see `staterepo.lane_body`), on the v1 image unless told otherwise."""
         assert self.images is not None
         return lane_body(name, hosts, image_ref or self.images.v1, **fields)
@@ -335,13 +375,32 @@ class Rig:
     # ---- driving -------------------------------------------------------------------------------
 
     def ssh_argv(self, host: str, argv: Sequence[str], *, known_hosts: Path | None = None) -> list[str]:
-        return ["ssh", "-F", "/dev/null", "-i", str(self.client_key), "-o", "IdentitiesOnly=yes",
-                "-o", f"UserKnownHostsFile={known_hosts or self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-                "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR",
-                f"root@{self.hosts[host].address}", "--", shlex.join(argv)]
+        return [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-i",
+            str(self.client_key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            f"UserKnownHostsFile={known_hosts or self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            "-o",
+            "LogLevel=ERROR",
+            f"root@{self.hosts[host].address}",
+            "--",
+            shlex.join(argv),
+        ]
 
-    def ssh(self, host: str, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0
-            ) -> subprocess.CompletedProcess[str]:
+    def ssh(
+        self, host: str, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
         """Run argv on a rig host through its real sshd, with the pinned host key."""
         return sh(self.ssh_argv(host, argv), check=check, timeout=timeout)
 
@@ -359,12 +418,21 @@ class Rig:
 
     def apply_watching(self, on_progress: Callable[[str], None], *extra: str, timeout: float = 240.0) -> LaneRun:
         """`lanes apply --json`, calling `on_progress` with each progress line as it comes."""
-        return run_lanes_watching(["apply", *self.connect_args(), "--yes", "--json", *extra], on_progress,
-                                  cwd=self.folder, timeout=timeout)
+        return run_lanes_watching(
+            ["apply", *self.connect_args(), "--yes", "--json", *extra], on_progress, cwd=self.folder, timeout=timeout
+        )
 
     def connect_args(self) -> list[str]:
-        return ["--repo", str(self.clone), "--db", str(self.db), "--known-hosts", str(self.known_hosts),
-                "--ssh-key", str(self.client_key)]
+        return [
+            "--repo",
+            str(self.clone),
+            "--db",
+            str(self.db),
+            "--known-hosts",
+            str(self.known_hosts),
+            "--ssh-key",
+            str(self.client_key),
+        ]
 
     def apply(self, *extra: str, timeout: float = 240.0) -> LaneRun:
         return self.lanes("apply", *self.connect_args(), "--yes", "--json", *extra, timeout=timeout)
@@ -471,8 +539,23 @@ class Rig:
 
     def slow_link(self, host: str, mbit: int) -> None:
         """Limit what reaches a host over its SSH link to `mbit` (a token bucket on its veth); `reset` lifts it."""
-        sh(["tc", "qdisc", "replace", "dev", self.hosts[host].veth, "root", "tbf", "rate", f"{mbit}mbit",
-            "burst", "256kb", "latency", "100ms"])
+        sh(
+            [
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                self.hosts[host].veth,
+                "root",
+                "tbf",
+                "rate",
+                f"{mbit}mbit",
+                "burst",
+                "256kb",
+                "latency",
+                "100ms",
+            ]
+        )
 
     def unslow_link(self, host: str) -> None:
         sh(["tc", "qdisc", "del", "dev", self.hosts[host].veth, "root"], check=False)
@@ -515,9 +598,13 @@ class Rig:
                 problems.append(f"{what}: {exc}")
 
         for host in self.hosts.values():
-            step(f"containers of {host.name}", lambda h=host: (
-                podman_local(h.folder, "rm", "-af", "-t", "0", check=False),
-                podman_local(h.folder, "rmi", "-af", check=False)))
+            step(
+                f"containers of {host.name}",
+                lambda h=host: (
+                    podman_local(h.folder, "rm", "-af", "-t", "0", check=False),
+                    podman_local(h.folder, "rmi", "-af", check=False),
+                ),
+            )
         for host in self.hosts.values():
             step(f"sshd of {host.name}", lambda h=host: self.stop_sshd(h))
         if self.registry is not None:

@@ -19,12 +19,23 @@ from tests.rig.machine import ENGINE_PORT, FABRIC_INTERFACE, STANDIN_ARGS, RigEr
 
 MODEL = "tiny"
 
-DEFAULT_HEALTH = {"port_timeout_s": 30, "ready_timeout_s": 30, "models_timeout_s": 15, "completion_timeout_s": 15,
-                  "poll_interval_s": 0.25}
+DEFAULT_HEALTH = {
+    "port_timeout_s": 30,
+    "ready_timeout_s": 30,
+    "models_timeout_s": 15,
+    "completion_timeout_s": 15,
+    "poll_interval_s": 0.25,
+}
 """Readiness stages sized for the stand-in (it is ready in well under a second), not for a big model."""
 
-_GIT_ENV = {"GIT_AUTHOR_NAME": "rig", "GIT_AUTHOR_EMAIL": "rig@lanes.invalid", "GIT_COMMITTER_NAME": "rig",
-            "GIT_COMMITTER_EMAIL": "rig@lanes.invalid", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "rig",
+    "GIT_AUTHOR_EMAIL": "rig@lanes.invalid",
+    "GIT_COMMITTER_NAME": "rig",
+    "GIT_COMMITTER_EMAIL": "rig@lanes.invalid",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def write_json_yaml(path: Path, body: Mapping[str, Any]) -> None:
@@ -51,8 +62,16 @@ class StateRepo:
     def git(self, *args: str, cwd: Path | None = None) -> str:
         return sh(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}).stdout.strip()
 
-    def init(self, *, policies: Path, hosts: Mapping[str, tuple[str, str]], model_path: Path, hf_cache: Path,
-             state_on_host: Path, label: str) -> None:
+    def init(
+        self,
+        *,
+        policies: Path,
+        hosts: Mapping[str, tuple[str, str]],
+        model_path: Path,
+        hf_cache: Path,
+        state_on_host: Path,
+        label: str,
+    ) -> None:
         """Fleet, hosts (name -> SSH and data-plane address), the tiny model and the project's policies; no lane.
 
         The fleet runs ranks rootless: the hosts' data-plane ports name no RoCE device (a veth has none), so no
@@ -70,32 +89,56 @@ class StateRepo:
         state = self.work / "state"
         for folder in ("hosts", "models", "lanes"):
             (state / folder).mkdir(parents=True)
-        write_json_yaml(state / "fleet.yaml", {
-            "ssh_user": "root", "ssh_port": 22, "hf_cache": str(hf_cache),
-            "state_dir_on_host": str(state_on_host), "lease_ttl_s": 300,
-            # No --ulimit: this machine's root lacks CAP_SYS_RESOURCE, so runc may not raise any rlimit, and
-            # podman 4.3 given one --ulimit also raises nofile and nproc to its defaults (the rig refuses both).
-            "container": {"mode": "rootless", "ulimits": []},
-        })
+        write_json_yaml(
+            state / "fleet.yaml",
+            {
+                "ssh_user": "root",
+                "ssh_port": 22,
+                "hf_cache": str(hf_cache),
+                "state_dir_on_host": str(state_on_host),
+                "lease_ttl_s": 300,
+                # No --ulimit: this machine's root lacks CAP_SYS_RESOURCE, so runc may not raise any rlimit, and
+                # podman 4.3 given one --ulimit also raises nofile and nproc to its defaults (the rig refuses both).
+                "container": {"mode": "rootless", "ulimits": []},
+            },
+        )
         for name, (address, fabric) in hosts.items():
-            write_json_yaml(state / "hosts" / f"{name}.yaml", {
-                "address": address, "hardware": "gb10", "labels": {"rig": label},
-                "data_plane": [{"interface": FABRIC_INTERFACE, "address": f"{fabric}/24"}],
-            })
-        write_json_yaml(state / "models" / f"{MODEL}.yaml", {
-            "hf_repo": "lanes-rig/tiny", "revision": "0" * 40, "path": str(model_path),
-            "weight_bytes": 64 * 1024 * 1024, "quantization": "bf16",
-            "architecture": {"layers": 2, "attention": "gqa", "num_heads": 4, "kv_heads": 2, "head_dim": 64,
-                             "hidden_size": 256},
-        })
+            write_json_yaml(
+                state / "hosts" / f"{name}.yaml",
+                {
+                    "address": address,
+                    "hardware": "gb10",
+                    "labels": {"rig": label},
+                    "data_plane": [{"interface": FABRIC_INTERFACE, "address": f"{fabric}/24"}],
+                },
+            )
+        write_json_yaml(
+            state / "models" / f"{MODEL}.yaml",
+            {
+                "hf_repo": "lanes-rig/tiny",
+                "revision": "0" * 40,
+                "path": str(model_path),
+                "weight_bytes": 64 * 1024 * 1024,
+                "quantization": "bf16",
+                "architecture": {
+                    "layers": 2,
+                    "attention": "gqa",
+                    "num_heads": 4,
+                    "kv_heads": 2,
+                    "head_dim": 64,
+                    "hidden_size": 256,
+                },
+            },
+        )
         self.git("add", "-A", cwd=self.work)
         self.git("commit", "-q", "-m", "rig: fleet, hosts, model, policies", cwd=self.work)
         self.git("remote", "add", "origin", str(self.forge), cwd=self.work)
         self.git("push", "-q", "origin", "main", cwd=self.work)
         self.git("clone", "-q", str(self.forge), str(self.clone))
 
-    def publish(self, lanes: Mapping[str, Mapping[str, Any]], message: str,
-                hosts: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    def publish(
+        self, lanes: Mapping[str, Mapping[str, Any]], message: str, hosts: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> str:
         """Commit exactly these lanes (and changes to these host files), `git push` to the forge, pull into the
         clone; the new sha."""
         for name, changes in (hosts or {}).items():
@@ -116,14 +159,24 @@ class StateRepo:
         return sha
 
 
-def lane_body(name: str, hosts: Sequence[str], image_ref: str, *, port: int = ENGINE_PORT,
-              desired: str = "running", env: Mapping[str, str] | None = None, args: Sequence[str] | None = None,
-              mounts: Sequence[Mapping[str, Any]] = (), health: Mapping[str, float] | None = None,
-              served: str | None = None) -> dict[str, Any]:
+def lane_body(
+    name: str,
+    hosts: Sequence[str],
+    image_ref: str,
+    *,
+    port: int = ENGINE_PORT,
+    desired: str = "running",
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] | None = None,
+    mounts: Sequence[Mapping[str, Any]] = (),
+    health: Mapping[str, float] | None = None,
+    served: str | None = None,
+) -> dict[str, Any]:
     """A generic-engine lane (its args are the whole command) running the stand-in, TP over its hosts."""
     served_name = served or f"{name}-model"
-    command = list(args) if args is not None else [*STANDIN_ARGS, "--port", str(port), "--served-model-name",
-                                                   served_name]
+    command = (
+        list(args) if args is not None else [*STANDIN_ARGS, "--port", str(port), "--served-model-name", served_name]
+    )
     return {
         "description": f"rig lane {name}",
         "desired": desired,

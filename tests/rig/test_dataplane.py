@@ -53,8 +53,11 @@ def test_two_multi_node_lanes_rendezvous_on_the_data_plane_addresses(rig: Rig) -
 
 
 def test_a_lane_on_hosts_with_no_data_plane_path_is_denied_before_anything_runs(rig: Rig) -> None:
-    rig.publish({"pair": meeting_lane(rig, "pair", ("rig1", "rig4"), 8100)}, "rig4's port moved to another subnet",
-                hosts={"rig4": {"data_plane": [{"interface": "eth1", "address": "10.215.47.14/24"}]}})
+    rig.publish(
+        {"pair": meeting_lane(rig, "pair", ("rig1", "rig4"), 8100)},
+        "rig4's port moved to another subnet",
+        hosts={"rig4": {"data_plane": [{"interface": "eth1", "address": "10.215.47.14/24"}]}},
+    )
     try:
         run = rig.apply()
 

@@ -45,8 +45,13 @@ from tests.rig.rig import Rig
 
 pytestmark = [pytest.mark.rig, pytest.mark.timeout(180)]
 
-GATE = {"port_timeout_s": 30, "ready_timeout_s": 10, "models_timeout_s": 5, "completion_timeout_s": 5,
-        "poll_interval_s": 0.25}
+GATE = {
+    "port_timeout_s": 30,
+    "ready_timeout_s": 10,
+    "models_timeout_s": 5,
+    "completion_timeout_s": 5,
+    "poll_interval_s": 0.25,
+}
 """Readiness stages for a spec whose port opens late: long enough for the rank watcher (every 5 s) to see a
 rank gone before the port stage gives up."""
 
@@ -81,8 +86,10 @@ def test_a_host_rebooted_mid_apply_is_rolled_back_everywhere_and_converges_after
     before = fleet_view(rig)
     v1_specs = {host: before[host][f"lanes-quad-r{rank}"].spec for rank, host in enumerate(QUAD_HOSTS)}
     solo_before = before[SOLO_HOST]["lanes-solo-r0"]
-    bumped = {**lanes, "quad": rig.lane("quad", QUAD_HOSTS, image_ref=rig.images.v2,
-                                         env={"STANDIN_PORT_DELAY_S": "2.5"}, health=GATE)}
+    bumped = {
+        **lanes,
+        "quad": rig.lane("quad", QUAD_HOSTS, image_ref=rig.images.v2, env={"STANDIN_PORT_DELAY_S": "2.5"}, health=GATE),
+    }
     head = rig.publish(bumped, "quad: v2 (its head reboots during the readiness wait)")
     rebooted: list[float] = []
 
@@ -109,7 +116,11 @@ def test_a_host_rebooted_mid_apply_is_rolled_back_everywhere_and_converges_after
     for rank, host in enumerate(QUAD_HOSTS):
         c = view[host][f"lanes-quad-r{rank}"]
         assert (c.spec, c.status, c.image_digest, c.labels["lanes.commit"]) == (
-            v1_specs[host], "running", digest_of(rig.images.v1), first), host
+            v1_specs[host],
+            "running",
+            digest_of(rig.images.v1),
+            first,
+        ), host
     assert set(view["rig1"]) == {"lanes-quad-r0"}, view["rig1"]
     solo = view[SOLO_HOST]["lanes-solo-r0"]
     assert (solo.id, solo.started_at, solo.status) == (solo_before.id, solo_before.started_at, "running")
@@ -140,7 +151,10 @@ def test_a_host_rebooted_mid_apply_is_rolled_back_everywhere_and_converges_after
     run = converged(rig)
 
     assert {r["lane"]: r["result"] for r in run.json()["results"]} == {
-        "quad": "applied", "edge": "applied", "solo": "noop"}, run.describe()
+        "quad": "applied",
+        "edge": "applied",
+        "solo": "noop",
+    }, run.describe()
     after = fleet_view(rig)
     for rank, host in enumerate(QUAD_HOSTS):
         c = after[host][f"lanes-quad-r{rank}"]
@@ -165,8 +179,10 @@ def test_a_link_cut_between_cycles_blocks_only_the_lanes_on_that_host_and_conver
     first = rig.publish(quad_and_solo(rig), "v1 everywhere")
     deployed(rig)
     before = fleet_view(rig)
-    changed = {"quad": rig.lane("quad", QUAD_HOSTS, env={"RIG_FAULT": "link"}),
-               "solo": rig.lane("solo", [SOLO_HOST], port=SOLO_PORT, env={"RIG_FAULT": "link"})}
+    changed = {
+        "quad": rig.lane("quad", QUAD_HOSTS, env={"RIG_FAULT": "link"}),
+        "solo": rig.lane("solo", [SOLO_HOST], port=SOLO_PORT, env={"RIG_FAULT": "link"}),
+    }
     head = rig.publish(changed, "both lanes: a new env (rig3's cable is cut)")
     mark = docker_mark(rig)
     rig.cut_link("rig3")
@@ -186,8 +202,7 @@ def test_a_link_cut_between_cycles_blocks_only_the_lanes_on_that_host_and_conver
     # Nothing of quad was touched anywhere (its rank on rig3 served on behind the cut); solo was redeployed.
     view = fleet_view(rig)
     quad_ids = {h: {n: v for n, v in cs.items() if n.startswith("lanes-quad")} for h, cs in ids(view).items()}
-    assert quad_ids == {h: {n: v for n, v in cs.items() if n.startswith("lanes-quad")}
-                        for h, cs in ids(before).items()}
+    assert quad_ids == {h: {n: v for n, v in cs.items() if n.startswith("lanes-quad")} for h, cs in ids(before).items()}
     changes = docker_changes(rig, mark)
     assert changes["rig1"] == changes["rig3"] == changes["rig4"] == [], changes
     solo_changes = [argv for argv in changes[SOLO_HOST] if argv[0] != "pull"]
@@ -233,8 +248,10 @@ def test_sshd_refusing_our_key_is_a_permanent_error_for_that_host_and_converges_
     first = rig.publish(quad_and_solo(rig), "v1 everywhere")
     deployed(rig)
     before = fleet_view(rig)
-    changed = {"quad": rig.lane("quad", QUAD_HOSTS, env={"RIG_FAULT": "key"}),
-               "solo": rig.lane("solo", [SOLO_HOST], port=SOLO_PORT, env={"RIG_FAULT": "key"})}
+    changed = {
+        "quad": rig.lane("quad", QUAD_HOSTS, env={"RIG_FAULT": "key"}),
+        "solo": rig.lane("solo", [SOLO_HOST], port=SOLO_PORT, env={"RIG_FAULT": "key"}),
+    }
     head = rig.publish(changed, "both lanes: a new env (rig4 refuses our key)")
     rig.refuse_client_key("rig4")
     try:
@@ -353,8 +370,9 @@ def test_a_model_path_missing_on_one_host_is_refused_before_any_rank_stops_and_c
     try:
         assert rig.ssh("rig3", ["test", "-e", path], check=False).returncode == 1
         assert rig.ssh("rig1", ["test", "-e", path], check=False).returncode == 0
-        head = rig.publish(quad_and_solo(rig, quad_env={"RIG_FAULT": "model"}),
-                           "quad: a new env (rig3 lacks the model)")
+        head = rig.publish(
+            quad_and_solo(rig, quad_env={"RIG_FAULT": "model"}), "quad: a new env (rig3 lacks the model)"
+        )
         mark = docker_mark(rig)
 
         run = rig.apply()
@@ -375,8 +393,17 @@ def test_a_model_path_missing_on_one_host_is_refused_before_any_rank_stops_and_c
         assert "rig3" in row["last_error"] and path in row["last_error"], row
 
         # Someone puts the model on rig3: the next apply deploys, no retry needed.
-        rig.ssh("rig3", ["sh", "-c", 'mkdir -p "$1" && printf %s "$2" > "$1/config.json"', "sh", path,
-                         '{"architectures": ["TinyForCausalLM"]}'])
+        rig.ssh(
+            "rig3",
+            [
+                "sh",
+                "-c",
+                'mkdir -p "$1" && printf %s "$2" > "$1/config.json"',
+                "sh",
+                path,
+                '{"architectures": ["TinyForCausalLM"]}',
+            ],
+        )
         assert rig.ssh("rig3", ["test", "-e", path], check=False).returncode == 0
         run = converged(rig)
 
@@ -386,8 +413,9 @@ def test_a_model_path_missing_on_one_host_is_refused_before_any_rank_stops_and_c
             c = after[host][f"lanes-quad-r{rank}"]
             assert (c.status, c.labels["lanes.commit"], "RIG_FAULT=model" in c.env) == ("running", head, True), host
             assert (path, path, False) in c.mounts, c.mounts
-        seen = rig.docker("rig3", "exec", "lanes-quad-r2", "python3", "-c",
-                          f"import os; print(sorted(os.listdir({path!r})))").stdout.strip()
+        seen = rig.docker(
+            "rig3", "exec", "lanes-quad-r2", "python3", "-c", f"import os; print(sorted(os.listdir({path!r})))"
+        ).stdout.strip()
         assert seen == "['config.json']", seen
         row = rows_of(run)["quad"]
         assert (row["health"], row["commit"], row["last_error"]) == ("healthy", head, None), row

@@ -21,8 +21,9 @@ def test_a_replaced_host_key_is_refused_and_nothing_runs_on_that_host(rig: Rig) 
         refused = rig.ssh("rig4", ["true"], check=False)
         assert refused.returncode == 255 and "HOST IDENTIFICATION HAS CHANGED" in refused.stderr, refused.stderr
         calls_before = rig.docker_calls("rig4")
-        sha = rig.publish({name: {**body, "image": rig.images.v2}
-                           for name, body in quad_and_solo(rig).items()}, "both lanes to v2")
+        sha = rig.publish(
+            {name: {**body, "image": rig.images.v2} for name, body in quad_and_solo(rig).items()}, "both lanes to v2"
+        )
 
         run = rig.apply()
 

@@ -43,8 +43,14 @@ def test_an_image_bump_is_pulled_by_digest_on_every_rank_host(rig: Rig) -> None:
         info = json.loads(rig.docker(host, "image", "inspect", rig.images.v2).stdout)
         assert any(d.endswith("@" + v2) for d in info[0]["RepoDigests"]), info[0]["RepoDigests"]
         # The content is v2's: the file the rig put only in that image, read inside the running container.
-        marker = rig.docker(host, "exec", f"lanes-quad-r{rank}", "python3", "-c",
-                            "print(open('/etc/lanes-rig-image').read().split()[1])").stdout.strip()
+        marker = rig.docker(
+            host,
+            "exec",
+            f"lanes-quad-r{rank}",
+            "python3",
+            "-c",
+            "print(open('/etc/lanes-rig-image').read().split()[1])",
+        ).stdout.strip()
         assert marker == "v2"
     version = httpx.get(f"http://{rig.hosts['rig1'].address}:8000/version", timeout=5).json()
     assert "rig-v2" in json.dumps(version)
@@ -70,7 +76,8 @@ def test_a_digest_missing_from_the_registry_fails_the_lane_and_keeps_the_old_ran
     after = fleet_view(rig)
     for host in rig.hosts:
         assert {n: (c.id, c.status, c.image_digest) for n, c in after[host].items()} == {
-            n: (c.id, "running", c.image_digest) for n, c in before[host].items()}, host
+            n: (c.id, "running", c.image_digest) for n, c in before[host].items()
+        }, host
     row = status_of(rig, "quad")
     assert row["health"] in {"healthy", "degraded"}, "the old ranks still serve (not the desired spec)"
     assert missing in row["last_error"]

@@ -38,8 +38,10 @@ def test_metacharacters_reach_the_container_argv_env_and_mounts_literally(rig: R
     source.mkdir(parents=True)
     target = f"/mnt/odd $(touch {marker}); `touch {marker}` 'q' \"dq\""
     mounts = [{"source": str(source), "target": target, "read_only": True}]
-    sha = rig.publish({"odd": rig.lane("odd", ["rig3"], args=args, env=env, mounts=mounts, served=served)},
-                      f"a lane full of shell metacharacters; touch {marker}")
+    sha = rig.publish(
+        {"odd": rig.lane("odd", ["rig3"], args=args, env=env, mounts=mounts, served=served)},
+        f"a lane full of shell metacharacters; touch {marker}",
+    )
 
     run = converged(rig)
 
@@ -54,10 +56,11 @@ def test_metacharacters_reach_the_container_argv_env_and_mounts_literally(rig: R
     # The docker wrapper on rig3 logged the argv it got from sshd: one item per lane field.
     runs = [json.loads(line)["argv"] for line in rig.hosts["rig3"].docker_log.read_text().splitlines()]
     started = [argv for argv in runs if argv[:1] == ["run"]]
-    assert started and started[-1][-len(args):] == args
+    assert started and started[-1][-len(args) :] == args
     assert f"{source}:{target}:ro" in started[-1]
     # Nothing ran: not on the host (the filesystem is shared by every rig host), not in the image.
     assert not marker.exists()
-    probe = rig.docker("rig3", "exec", "lanes-odd-r0", "python3", "-c",
-                       f"import os; print(os.path.exists({str(marker)!r}))")
+    probe = rig.docker(
+        "rig3", "exec", "lanes-odd-r0", "python3", "-c", f"import os; print(os.path.exists({str(marker)!r}))"
+    )
     assert probe.stdout.strip() == "False"

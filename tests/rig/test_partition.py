@@ -11,8 +11,13 @@ from tests.rig.rig import Rig
 
 pytestmark = [pytest.mark.rig, pytest.mark.timeout(300)]
 
-GATE = {"port_timeout_s": 5, "ready_timeout_s": 8, "models_timeout_s": 5, "completion_timeout_s": 5,
-        "poll_interval_s": 0.25}
+GATE = {
+    "port_timeout_s": 5,
+    "ready_timeout_s": 8,
+    "models_timeout_s": 5,
+    "completion_timeout_s": 5,
+    "poll_interval_s": 0.25,
+}
 
 
 def test_a_head_partitioned_during_the_readiness_wait_is_rolled_back_and_converges_after(rig: Rig) -> None:
@@ -22,8 +27,10 @@ def test_a_head_partitioned_during_the_readiness_wait_is_rolled_back_and_converg
     before = fleet_view(rig)
     v1_specs = {h: before[h][f"lanes-quad-r{r}"].spec for r, h in enumerate(QUAD_HOSTS)}
     solo_before = before["rig2"]["lanes-solo-r0"]
-    rig.publish(quad_and_solo(rig, image_ref=rig.images.v2, quad_env={"STANDIN_PORT_DELAY_S": "1"},
-                              quad_health=GATE), "quad: v2")
+    rig.publish(
+        quad_and_solo(rig, image_ref=rig.images.v2, quad_env={"STANDIN_PORT_DELAY_S": "1"}, quad_health=GATE),
+        "quad: v2",
+    )
     events: list[tuple[str, float]] = []
 
     def cut_during_the_gate(line: str) -> None:

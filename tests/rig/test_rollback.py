@@ -9,8 +9,13 @@ from tests.rig.rig import Rig
 
 pytestmark = [pytest.mark.rig, pytest.mark.timeout(300)]
 
-SHORT_HEALTH = {"port_timeout_s": 20, "ready_timeout_s": 5, "models_timeout_s": 5, "completion_timeout_s": 5,
-                "poll_interval_s": 0.25}
+SHORT_HEALTH = {
+    "port_timeout_s": 20,
+    "ready_timeout_s": 5,
+    "models_timeout_s": 5,
+    "completion_timeout_s": 5,
+    "poll_interval_s": 0.25,
+}
 
 
 def test_a_head_that_never_becomes_healthy_is_rolled_back_on_every_host(rig: Rig) -> None:
@@ -20,8 +25,10 @@ def test_a_head_that_never_becomes_healthy_is_rolled_back_on_every_host(rig: Rig
     healthy = {host: before[host][f"lanes-quad-r{rank}"].spec for rank, host in enumerate(QUAD_HOSTS)}
     solo_before = before["rig2"]["lanes-solo-r0"]
 
-    rig.publish(quad_and_solo(rig, quad_env={"STANDIN_NEVER_HEALTHY": "1"}, quad_health=SHORT_HEALTH),
-                "quad: an engine switch that never gets healthy")
+    rig.publish(
+        quad_and_solo(rig, quad_env={"STANDIN_NEVER_HEALTHY": "1"}, quad_health=SHORT_HEALTH),
+        "quad: an engine switch that never gets healthy",
+    )
     run = rig.apply()
 
     assert run.returncode == 1, run.describe()

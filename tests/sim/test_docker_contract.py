@@ -36,7 +36,7 @@ async def run(rt: SimContainerRuntime, image: SimImage, *flags: str) -> tuple[in
         (("--cap-add", "IPC_LOCKS"), 'unknown capability: "CAP_IPC_LOCKS"'),
         (("--oom-score-adj", "1001"), "range for oom score adj is [-1000, 1000]"),
         (("--memory", "112g", "--memory-swap", "64g"), "Minimum memoryswap limit should be larger than memory"),
-        (("--memory-swap", "64g",), "You should always set the Memory limit when using Memoryswap limit"),
+        (("--memory-swap", "64g"), "You should always set the Memory limit when using Memoryswap limit"),
     ],
 )
 async def test_flags_docker_refuses(
