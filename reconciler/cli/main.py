@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Sequence
 from importlib import metadata
 from typing import Annotated, Any
 
 import typer
+import typer.core
 import typer.main
+from typer._click import exceptions as click_errors
 
 from reconciler.cli import bench as bench_cli
 from reconciler.cli import check as check_cmd
@@ -23,6 +28,7 @@ from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import rewind as rewind_cmd
 from reconciler.cli import schema as schema_cmd
 from reconciler.cli import upstream as upstream_cmd
+from reconciler.cli.common import error_json
 from reconciler.logsetup import configure, redact_stdio
 
 
@@ -65,7 +71,39 @@ class LanesTyper(typer.Typer):
         return command(*args, **kwargs)
 
 
+class LanesGroup(typer.core.TyperGroup):
+    """The top command: with `--json`, a usage error (an unknown option, a missing argument, a bad value)
+    is the one JSON error shape too, on stdout with exit 2, where click would print text before any
+    command runs. Everything else goes as click's standalone mode has it (typer 0.29 `core._main`)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        if not standalone_mode or "--json" not in argv:
+            return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(argv, prog_name, complete_var, False, **extra)
+        except click_errors.UsageError as exc:
+            usage = exc.ctx.get_usage() if exc.ctx is not None else None
+            print(json.dumps(error_json(exc.format_message(), exitcodes.BAD_INPUT, usage=usage)))
+            sys.exit(exitcodes.BAD_INPUT)
+        except click_errors.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            print("Aborted!", file=sys.stderr)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else exitcodes.OK)  # a command's typer.Exit(code) comes back as code
+
+
 app = LanesTyper(
+    cls=LanesGroup,
     name="lanes",
     help="GitOps reconciler for LLM inference lanes on DGX Spark (GB10) fleets.",
     epilog=exitcodes.epilog(),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -55,6 +57,36 @@ def test_help_lists_every_exit_code_once() -> None:
 def test_a_usage_error_is_2_before_any_command_runs() -> None:
     assert runner.invoke(app, ["plan", "--no-such-flag"]).exit_code == 2
     assert runner.invoke(app, ["retry"]).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["plan", "--json", "--no-such-flag"], "No such option: --no-such-flag"),
+        (["plan", "--json", "--lane"], "Option '--lane' requires an argument."),
+        (["--log-level", "info", "nosuch", "--json"], "No such command 'nosuch'."),
+    ],
+)
+def test_a_usage_error_with_json_is_the_json_error_shape_too(argv: list[str], error: str) -> None:
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2
+    assert json.loads(result.stdout) | {"usage": None} == {"ok": False, "error": error, "exit_code": 2, "usage": None}
+    assert result.stderr == ""
+
+
+def _lanes(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The installed `lanes` script as a process (it reads sys.argv; CliRunner passes args instead)."""
+    lanes = Path(sys.executable).parent / "lanes"
+    return subprocess.run([str(lanes), *argv], check=False, capture_output=True, text=True, timeout=60)
+
+
+def test_a_usage_error_with_json_from_the_lanes_script_itself() -> None:
+    proc = _lanes("check", "--json", "--bogus")
+    assert proc.returncode == 2, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["ok"], out["error"], out["usage"]) == (False, "No such option: --bogus", "Usage: lanes check [OPTIONS]")
+    plain = _lanes("check", "--bogus")  # without --json: click's text on stderr, as before
+    assert plain.returncode == 2 and plain.stdout == "" and "No such option: --bogus" in plain.stderr
 
 
 def test_version() -> None:
