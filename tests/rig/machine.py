@@ -182,6 +182,12 @@ def process_identity(pid: int) -> str:
     return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"
 
 
+def process_cmdlines() -> dict[int, str]:
+    """pid -> command line of every live process on this machine (the rig's hosts share its pids)."""
+    cmdlines = {int(entry.name): _cmdline(int(entry.name)) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+    return {pid: cmd for pid, cmd in cmdlines.items() if cmd}  # a zombie's is empty
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

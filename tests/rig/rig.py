@@ -457,6 +457,10 @@ class Rig:
         if up:
             sh(["ip", "neigh", "flush", "to", self.hosts[host].address, "dev", self.bridge], check=False)
 
+    def set_fabric(self, host: str, up: bool) -> None:
+        """Cut or restore a host's data-plane cable (its fabric veth's bridge end); `reset` restores it."""
+        sh(["ip", "link", "set", self.hosts[host].fabric_veth, "up" if up else "down"])
+
     def cut_link(self, host: str) -> None:
         """Cut a host's cable a while ago, as between two cycles: the link is down and this machine's ARP
         entry for it has expired, so a connection fails in the ARP timeout (3 s), not a TCP connect timeout."""
@@ -537,15 +541,17 @@ class Rig:
             raise RigError(f"{host}: no sshd")
         return sh(["nsenter", "-t", str(h.ssh_pid), "-m", *argv], timeout=timeout)
 
-    def slow_link(self, host: str, mbit: int) -> None:
-        """Limit what reaches a host over its SSH link to `mbit` (a token bucket on its veth); `reset` lifts it."""
+    def slow_link(self, host: str, mbit: int, *, fabric: bool = False) -> None:
+        """Limit what reaches a host over its SSH link (or, `fabric`, its data-plane link) to `mbit` (a token
+        bucket on the veth's bridge end); `reset` lifts it."""
+        h = self.hosts[host]
         sh(
             [
                 "tc",
                 "qdisc",
                 "replace",
                 "dev",
-                self.hosts[host].veth,
+                h.fabric_veth if fabric else h.veth,
                 "root",
                 "tbf",
                 "rate",
@@ -558,7 +564,8 @@ class Rig:
         )
 
     def unslow_link(self, host: str) -> None:
-        sh(["tc", "qdisc", "del", "dev", self.hosts[host].veth, "root"], check=False)
+        for veth in (self.hosts[host].veth, self.hosts[host].fabric_veth):
+            sh(["tc", "qdisc", "del", "dev", veth, "root"], check=False)
 
     def restore_sshd(self, host: str) -> None:
         """The host's sshd as set up: running, in the root mount namespace, with the pinned host key."""
@@ -574,6 +581,7 @@ class Rig:
         container on any host, no v2 image, a fresh journal named after the test."""
         for host in self.hosts.values():
             self.set_link(host.name, True)
+            self.set_fabric(host.name, True)
             self.unslow_link(host.name)
             self.accept_client_key(host.name)
             self.restore_sshd(host.name)

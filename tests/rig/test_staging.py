@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ import pytest
 from reconciler.execute.staging import CONTROL_NODE, StageHost, StageOrigin, StageProgress, StageReport, StagingError
 from reconciler.execute.staging import stage as run_staging
 from reconciler.facts.modelcheck import ModelCheck, check_input, modelcheck_argv, parse_model_check
+from reconciler.facts.relay_script import RELAY_MARKER
 from reconciler.transport.ssh import SSHTransport
-from tests.rig.machine import RigError, sh
+from tests.rig.machine import RigError, process_cmdlines, sh
 from tests.rig.rig import Rig
 
 pytestmark = [pytest.mark.rig, pytest.mark.timeout(120)]
@@ -249,3 +251,50 @@ async def test_a_host_whose_disk_is_too_small_is_refused_before_any_copy(rig: Ri
     assert f"rig3 needs {checkpoint.total} bytes" in str(err) and f"has {free} free" in str(err), str(err)
     for name in ("rig1", "rig2", "rig3"):
         assert rig.ssh(name, ["test", "-e", str(root_of(rig))], check=False).returncode == 1, name
+
+
+def senders(rig: Rig, since: set[int]) -> list[str]:
+    """What runs of a host-to-host copy's sending side: the relay, its rsync and that rsync's ssh to the
+    receiver (hosts share this machine's pids), among processes not in `since` (those of earlier tests).
+    The receiver's `rsync --server` is not counted."""
+    root = str(root_of(rig))
+    found = []
+    for pid, cmd in process_cmdlines().items():
+        if pid in since:
+            continue
+        argv0 = os.path.basename(cmd.split(" ", 1)[0])
+        if RELAY_MARKER in cmd or (argv0 in ("rsync", "ssh") and root in cmd and not cmd.startswith("rsync --server")):
+            found.append(cmd[:160])
+    return found
+
+
+async def test_a_cancelled_host_to_host_copy_leaves_nothing_running_on_the_sender(
+    rig: Rig, checkpoint: Checkpoint
+) -> None:
+    # Over real sshd the relay learns that the control node went away only as sshd tells it: EOF on its stdin,
+    # its stderr closed too. It must stop rsync then. Here rsync cannot end by itself: the receiver's cable is
+    # cut, so it writes no progress (whose failed write would end it) and waits for its 60 s I/O timeout.
+    origin = origin_on_rig4(rig, checkpoint)
+    rig.own_models("rig1", TMPFS_MB)
+    rig.slow_link("rig1", 80, fabric=True)  # ~10 MB/s into rig1 on the data plane: the copy lasts ~20 s
+    total = checkpoint.total
+    moving = asyncio.Event()
+
+    def watch(p: StageProgress) -> None:
+        if p.host == "rig1" and p.bytes_done > total * 0.05:
+            moving.set()
+
+    before = set(process_cmdlines())
+    task = asyncio.create_task(stage(rig, checkpoint, ["rig1"], origin, progress=watch))
+    await asyncio.wait_for(moving.wait(), 60)
+    rig.set_fabric("rig1", False)
+    assert any(cmd.startswith("rsync ") for cmd in senders(rig, before)), "rsync runs on rig4"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    cancelled = time.monotonic()
+    left = senders(rig, before)
+    while left and time.monotonic() - cancelled < 10:  # the relay's grace is 5 s before its SIGKILL
+        await asyncio.sleep(0.1)
+        left = senders(rig, before)
+    assert not left, left
