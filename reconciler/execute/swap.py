@@ -206,18 +206,18 @@ class SwapRun:
             to = (restore.healthy_commit or "")[:12] or "previous"
             message = f"{SWAP_ROLLED_BACK}: {cause} ({why}); {lane} serves its previous spec ({to}) again, seen ready"
             # The gate passed just now: what serves is observed, and it is the spec the lane last ran.
-            health, outcome = Outcome.OBSERVED_READY, Result.ROLLED_BACK
+            outcome, final = Outcome.OBSERVED_READY, Result.ROLLED_BACK
         else:
             message = f"{SWAP_ROLLED_BACK}: {cause} ({why}); bringing {lane} back failed: {restore.error}"
-            health, outcome = Outcome.ROLLBACK_FAILED, Result.FAILED
+            outcome, final = Outcome.ROLLBACK_FAILED, Result.FAILED
         fingerprint = rec.fingerprint if rec else None
         store.record_apply(
-            run, lane, lp.commit, fingerprint, outcome.value, message, started, {}, restore.logs, cause=lp.cause.value
+            run, lane, lp.commit, fingerprint, final.value, message, started, {}, restore.logs, cause=lp.cause.value
         )
-        settle(store, lane, health, last_error=message, fingerprint=restore.fingerprint if restore.ok else None)
+        settle(store, lane, outcome, last_error=message, fingerprint=restore.fingerprint if restore.ok else None)
         self.shared.progress(ProgressEvent(lane, "swap-rollback", "done" if restore.ok else "failed", message))
         clear_restore(store, lane)
-        return replace(result, result=outcome, error=message)
+        return replace(result, result=final, error=message)
 
     def _settle_taking(self, lane: str, result: LaneResult, tail: str) -> LaneResult:
         store = self.shared.store
