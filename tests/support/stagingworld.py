@@ -2,9 +2,10 @@
 
 The stand-in `ssh` takes OpenSSH's options, logs its argv (and, with -A, the keys of the agent it would
 forward: `ssh-add -l` on SSH_AUTH_SOCK) as one JSON line, then runs the remote command locally with
-`sh -c`, as sshd would. So rsync, the relay script, the model check, ssh-agent and ssh-add are the real
-programs; only the network hop is skipped. The rig (`tests/rig/test_staging.py`) does the same over real
-sshd in separate namespaces.
+`sh -c`, as sshd would: in a session of its own, its stdio carried through the stand-in, so killing the
+stand-in reaches the command only as EOF and a broken pipe. So rsync, the relay script, the model check,
+ssh-agent and ssh-add are the real programs; only the network hop is skipped. The rig
+(`tests/rig/test_staging.py`) does the same over real sshd in separate namespaces.
 """
 
 from __future__ import annotations
