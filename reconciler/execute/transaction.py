@@ -96,19 +96,17 @@ class LaneTransaction:
         except LeaseBlockedError as exc:
             return await self._blocked(exc)
         except StepFailedError as exc:
-            self._journal(Result.FAILED, str(exc))
-            settle(
-                self.s.store, lp.lane, Outcome.STOP_FAILED, before=self.before,
-                last_error=str(exc), desired_commit=lp.commit,
+            self._end(
+                Result.FAILED, Outcome.STOP_FAILED, str(exc),
+                before=self.before, last_error=str(exc), desired_commit=lp.commit,
             )  # fmt: skip
             return self._result(Result.FAILED, str(exc))
         finally:
             await self.s.leases.give_back(self.held)
-        self._journal(Result.STOPPED, None)
-        settle(
-            self.s.store,
-            lp.lane,
+        self._end(
+            Result.STOPPED,
             Outcome.STOPPED,
+            None,
             desired="stopped",
             desired_commit=lp.commit,
             applied_commit=lp.commit,
@@ -304,8 +302,7 @@ class LaneTransaction:
             fields["drift"] = {"time": time.time(), "commit": lp.commit, "items": [d.to_json() for d in self.drift]}
         verified = lp.action == "verify"
         result = Result.VERIFIED if verified else Result.APPLIED
-        self._journal(result, None)
-        settle(self.s.store, lp.lane, Outcome.OBSERVED_READY if verified else Outcome.APPLIED, **fields)
+        self._end(result, Outcome.OBSERVED_READY if verified else Outcome.APPLIED, None, **fields)
         return self._result(result)
 
     async def _blocked(self, exc: LeaseBlockedError) -> LaneResult:
@@ -330,8 +327,9 @@ class LaneTransaction:
         if not exc.touched:
             # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
             fields, message = failure_fields(store, lp, exc, why)
-            self._journal(Result.FAILED, message)
-            settle(store, lp.lane, Outcome.FAILED_UNTOUCHED, before=self.before, last_error=message, **fields)
+            self._end(
+                Result.FAILED, Outcome.FAILED_UNTOUCHED, message, before=self.before, last_error=message, **fields
+            )
             await self.s.leases.give_back(self.held)
             return self._result(Result.FAILED, message)
         self.s.progress(ProgressEvent(lp.lane, "rollback", "started", str(exc)))
@@ -346,8 +344,7 @@ class LaneTransaction:
             message, outcome, result = f"{why}{tail}", Outcome.ROLLBACK_FAILED, Result.FAILED
         fields, message = failure_fields(store, lp, exc, message)
         fields["fingerprint"] = restore.fingerprint
-        self._journal(result, message, restore.logs)
-        settle(store, lp.lane, outcome, before=self.before, last_error=message, **fields)
+        self._end(result, outcome, message, restore.logs, before=self.before, last_error=message, **fields)
         self.s.progress(ProgressEvent(lp.lane, "rollback", "done" if restore.ok else "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(result, message, logs=restore.logs)
@@ -355,16 +352,15 @@ class LaneTransaction:
     async def _repair_failed(self, exc: StepFailedError) -> LaneResult:
         """The last healthy spec could not be put back: said, and nothing else blamed (the held spec's
         condemnation or backoff stays as it was; the healthy spec is not condemned, it is simply not serving)."""
-        lp, store, logs = self.lp, self.s.store, {}
+        lp, logs = self.lp, {}
         if exc.touched:
             logs = (await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)).logs
             why, outcome = f"{exc}; nothing of the lane serves now", Outcome.ROLLBACK_FAILED
         else:
             why, outcome = f"{exc} (before any rank stopped)", Outcome.FAILED_UNTOUCHED
         message = self._repairing(f"putting the last healthy spec back failed: {why}")
-        self._journal(Result.FAILED, message, logs)
         fields = {"fingerprint": None} if exc.touched else {}
-        settle(store, lp.lane, outcome, before=self.before, last_error=message, **fields)
+        self._end(Result.FAILED, outcome, message, logs, before=self.before, last_error=message, **fields)
         self.s.progress(ProgressEvent(lp.lane, "repair", "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(Result.FAILED, message, logs=logs)
@@ -381,9 +377,8 @@ class LaneTransaction:
                 message = "interrupted by shutdown; previous spec restarted without waiting for it to load"
             else:
                 message = "interrupted by shutdown; " + (restore.error or "no previous spec")
-            self._journal(Result.ROLLED_BACK if restore.ok else Result.FAILED, message, restore.logs)
-            settle(
-                store, lp.lane, Outcome.INTERRUPTED,
+            self._end(
+                Result.ROLLED_BACK if restore.ok else Result.FAILED, Outcome.INTERRUPTED, message, restore.logs,
                 last_error=message, fingerprint=restore.fingerprint if restore.ok else None,
             )  # fmt: skip
         else:
@@ -397,10 +392,19 @@ class LaneTransaction:
             return message
         return f"repairing {'; '.join(d.describe() for d in self.drift)}: {message}"
 
+    def _end(
+        self, result: Result, outcome: Outcome, error: str | None, logs: dict[str, str] | None = None, **fields: Any
+    ) -> None:
+        """How a transaction ends: its apply row, then the lane's record settled by `outcome` with `fields`.
+
+        In that order, so whoever sees the record's ending (`lanes status`, a test) finds the row that explains
+        it, and a crash between the two loses no history (the record is still 'progressing' and the next
+        resync gates the lane again)."""
+        self._journal(result, error, logs)
+        settle(self.s.store, self.lp.lane, outcome, **fields)
+
     def _journal(self, result: Result, error: str | None, logs: dict[str, str] | None = None) -> None:
-        """The apply row; written before the lane's record settles, so whoever sees the record's ending
-        (`lanes status`, a test) finds the row that explains it, and a crash between the two loses no history
-        (the record is still 'progressing' and the next resync gates the lane again)."""
+        """The apply row (before the record: see `_end`)."""
         lp = self.lp
         drift = [d.to_json() for d in self.drift] or None
         self.s.store.record_apply(
