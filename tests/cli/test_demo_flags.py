@@ -95,5 +95,8 @@ async def test_with_the_rule_off_the_rank_exits_as_vllm_would_and_the_lane_fails
     for log in res.logs.values():  # every rank: vLLM's parser runs on headless ranks too
         assert log.startswith("usage: vllm [-h] [-v]")
         assert log.rstrip("\n").endswith(VLLM_SAYS)
-    assert exited == {f"lanes-{EUGR}-r{i}": 2 for i in range(3)}  # argparse's exit status
+    # argparse's exit status; a rank whose exit the gate's failure overtook (its log above already ends with
+    # vLLM's message) is stopped by the rollback instead: SIGTERM, 143. A loaded machine shows that order.
+    assert sorted(exited) == [f"lanes-{EUGR}-r{i}" for i in range(3)]
+    assert set(exited.values()) <= {2, 143} and 2 in exited.values(), exited
     assert {r.lane: r.result for r in result.results}[PRODUCTION] == "applied"
