@@ -3,7 +3,7 @@
 Generates the state as file bytes in memory (single-host lanes and
 multi-host TP/PP lanes, some sharing hosts, a quarter stopped), then times
 load_desired, load_policies and evaluate separately and in total. The goal
-is under 2 s. Not a test: it prints, so a slow machine never fails CI.
+is 1.0 s or less (issue 27; it was under 2 s before). Not a test: it prints, so a slow machine never fails CI.
 
     .venv/bin/python bench/check_scale.py [--hosts N] [--lanes N]
 """
@@ -147,7 +147,7 @@ def main() -> None:
     )
     print(f"               findings by rule: {dict(sorted(by_rule.items()))}")
     total = t3 - t0
-    print(f"total          {total:8.3f} s   goal < 2 s: {'met' if total < 2 else 'NOT met'}")
+    print(f"total          {total:8.3f} s   goal <= 1.0 s: {'met' if total <= 1.0 else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,12 @@ class below sits where its consequence is::
     │   ├── PullFailedError         `docker pull` failed: registry down, network cut
     │   ├── HostFaultError          a rank's host stopped answering during the readiness gate
     │   ├── GpuBusyError            a process outside lanes still held a rank host's GPU
-    │   └── PushRejectedError       the remote refused a notes push: fetch, merge, push again
-    │                               (source/mirror.py)
+    │   ├── PushRejectedError       the remote refused a notes push: fetch, merge, push again
+    │   │                           (source/mirror.py)
+    │   ├── AnswerTooLargeError     an upstream's answer passed its size or time cap: that source
+    │   │                           failed this poll (upstream/bounded.py)
+    │   └── WalkStoppedError        a history walk was stopped (its request ended or timed out)
+    │                               (source/history.py)
     ├── PermanentError ........ will repeat until the lane or the host changes: the spec is condemned
     │   ├── RemoteCommandError      a host command exited non-zero (a `docker run` refused, ...)
     │   ├── HostKeyError            the host's key is not the pinned one
@@ -23,6 +27,8 @@ class below sits where its consequence is::
     │                               (daemon/gate.py): that commit is refused
     ├── InputError ............ a person's file or flag is wrong (file, line, field): the lane is denied
     │   └── ConfigError             every problem of a daemon settings file (daemon/config.py)
+    ├── DaemonCallError ....... the daemon's control API did not answer or refused a CLI's call
+    │                           (cli/daemonclient.py): said, with how to reach it
     └── StepFailedError ....... a lane transaction's step failed; wraps one of the above and says
         │                       whether old ranks were already stopped (then a rollback runs) and
         │                       whether it is transient (then the spec is retried after a backoff)
@@ -35,7 +41,7 @@ Every subclass of LanesError in lanes is drawn here (tests/test_error_tree.py ch
 
 A transient failure of the same spec past `FLAP_LIMIT` times in a row is
 treated as permanent: a host that reboots during every readiness gate must
-not redeploy a lane forever (`reconciler.plan.health.retry_delay`).
+not redeploy a lane forever (`reconciler.lane.retry_delay`).
 """
 
 from __future__ import annotations

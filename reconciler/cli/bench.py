@@ -213,7 +213,9 @@ def bench_cmd(
         out.write_text(evidence.dumps(ev), encoding="utf-8")
         out.with_suffix(".svg").write_text(chart.render_svg(ev, base), encoding="utf-8")
     if as_json:
-        print(json.dumps(ev, indent=2))
+        # The evidence document with the command's outcome beside it (the file written keeps its own shape).
+        code = EXIT_DENY if ev["regression"] else EXIT_OK
+        print(json.dumps({"ok": code == EXIT_OK, "exit_code": code, **ev}, indent=2))
     else:
         console = Console()
         render_table(ev, console)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from reconciler.cli.common import EXIT_DENY, EXIT_OK, gib, handle_errors, load_commit
+from reconciler.cli.checkflags import describe, flags_judged
+from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, fail, gib, handle_errors, load_commit
+from reconciler.cli.reconcile import DEFAULT_DB
 from reconciler.cli.tables import Column, paragraph, print_table
 from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.policy import Verdict, evaluate
+from reconciler.source.gitread import open_repo
+from reconciler.source.worktree import uncommitted, worktree_commit
 from reconciler.upstream.ancestry import fix_ancestry
 
 
@@ -22,18 +27,55 @@ def check(
     rev: Annotated[str, typer.Option("--rev", help="commit, branch or tag to check")] = "HEAD",
     state_dir: Annotated[str, typer.Option(help="folder of the state files in the repo")] = "state",
     policies_dir: Annotated[str, typer.Option(help="folder of the policy files in the repo")] = "policies",
+    worktree: Annotated[
+        bool, typer.Option("--worktree", help="check the files as they are, uncommitted changes included")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    db: Annotated[
+        Path, typer.Option("--db", envvar="LANES_DB", help="journal whose kept preflight verdicts count (read only)")
+    ] = DEFAULT_DB,
 ) -> None:
-    """Check a commit against the policies: exit 0 fine, 1 a deny, 2 bad input."""
-    loaded = load_commit(repo, rev, state_dir, policies_dir)
+    """Check a commit against the policies: exit 0 fine, 1 a deny, 2 bad input.
+
+    Uncommitted changes under the state and policy folders are named (they are not in the commit checked);
+    --worktree checks them.
+    """
+    folders = (state_dir, policies_dir)
+    repository = open_repo(repo)
+    changed = uncommitted(repository, folders) if rev == "HEAD" else []
+    if worktree:
+        if rev != "HEAD":
+            fail("--worktree checks the working tree over HEAD; leave --rev out", as_json=as_json, field="--rev")
+        rev = worktree_commit(repository, folders) if changed else rev
+    loaded = load_commit(repository, rev, state_dir, policies_dir)
     # Whether a git build holds a known issue's fix, from the mirrors `lanes upstream` keeps (none: not checked).
     answers = fix_ancestry(loaded.desired, loaded.policies.known_issues, UPSTREAM_DATA)
     verdict = evaluate(loaded.desired, loaded.policies, fix_ancestry=answers)
+    verdict, judged = flags_judged(loaded.desired, verdict, db)
+    code = EXIT_OK if verdict.ok else EXIT_DENY
+    if changed and not worktree:
+        names = ", ".join(f"{path} ({word})" for path, word in changed)
+        err_console.print(
+            f"[yellow]warning:[/] uncommitted changes are not checked (this checks HEAD {loaded.commit[:12]}): "
+            f"{escape(names)}; commit them, or check them with --worktree",
+            highlight=False,
+            soft_wrap=True,
+        )
     if as_json:
-        print(json.dumps(verdict.to_json(), indent=2, sort_keys=False))
+        out = {**verdict.to_json(), "flags_judged": judged, "exit_code": code}
+        out["uncommitted"] = [{"path": p, "status": w} for p, w in changed]
+        out["worktree"] = worktree
+        print(json.dumps(out, indent=2, sort_keys=False))
     else:
-        render_verdict(verdict, Console())
-    raise typer.Exit(EXIT_OK if verdict.ok else EXIT_DENY)
+        console = Console()
+        render_verdict(verdict, console)
+        if judged:
+            paragraph(console, "Engine flags judged:")
+            for name, how in judged.items():
+                paragraph(console, escape(f"  {describe(name, how)}"))
+        if worktree and changed:
+            console.print(f"checked the working tree: {len(changed)} uncommitted file(s) over HEAD")
+    raise typer.Exit(code)
 
 
 def render_verdict(verdict: Verdict, console: Console) -> None:

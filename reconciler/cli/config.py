@@ -74,11 +74,43 @@ def _warnings(cfg: DaemonConfig, secrets: dict[str, dict[str, Any]], env: dict[s
     return out
 
 
+PLACEHOLDER_HOSTS = ("example.com", "example.org", "example.net")
+"""Names reserved for examples (RFC 2606): a repo.url on one is the example file's, not a remote."""
+UNIT_CREDENTIALS = {"ssh-key": Path("/etc/lanes/credentials/ssh-key")}
+"""LoadCredential= sources of systemd/lanes-reconciler.service given as paths; the others are named and
+looked up in /etc/credstore/lanes.<name> (systemd.exec(5), LoadCredential=)."""
+CREDSTORE = Path("/etc/credstore")
+
+
+def _credential_source(path: Path, env: dict[str, str]) -> Path | None:
+    """Where systemd copies `$CREDENTIALS_DIRECTORY/<name>` from at start (None: not a credential path)."""
+    creds = env.get("CREDENTIALS_DIRECTORY", "")
+    if not creds or path.parent != Path(creds):
+        return None
+    return UNIT_CREDENTIALS.get(path.name, CREDSTORE / f"lanes.{path.name}")
+
+
+def _fatal(cfg: DaemonConfig, env: dict[str, str]) -> list[str]:
+    """What keeps the unit from working at all (--systemd: the file checked as the service will read it)."""
+    out = []
+    url = cfg.repo.url.lower()
+    if any(f"@{h}" in url or f"//{h}" in url or f".{h}" in url for h in PLACEHOLDER_HOSTS):
+        out.append(f"repo.url: {public_url(cfg.repo.url)} is the example file's placeholder: set your state repo")
+    key = cfg.ssh.key
+    source = _credential_source(key, env)
+    if source is not None and not source.exists():
+        out.append(f"ssh.key: {key} comes from LoadCredential= {source}, which does not exist: the unit will not start")
+    elif source is None and not key.exists():
+        out.append(f"ssh.key: {key} does not exist: the daemon cannot reach any host")
+    return out
+
+
 def _print_human(cfg: DaemonConfig, path: Path, secrets: dict[str, dict[str, Any]], warnings: list[str]) -> None:
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[green]ok[/]: {path}")
     dumped = _shown(cfg)
-    for section in ("repo", "ssh", "daemon", "http", "upstream", "bench"):
+    # Every section, as the daemon holds it (the hosts' overrides after them).
+    for section in [name for name, value in dumped.items() if isinstance(value, dict) and name != "hosts"]:
         console.print(f"\n[bold]\\[{section}][/]")
         for key, value in dumped[section].items():
             console.print(f"{key} = {json.dumps(value)}" if value is not None else f"# {key}: not set")
@@ -159,9 +191,20 @@ def config_check_cmd(
         _problems(exc, systemd=systemd, as_json=as_json)
     secrets = {name: _file_info(p) for name, p in cfg.secret_paths().items()}
     warnings = _warnings(cfg, secrets, env)
+    fatal = _fatal(cfg, env) if systemd else []
+    if fatal:
+        if as_json:
+            extra = {"problems": [{"error": f} for f in fatal], "settings": _shown(cfg), "secret_files": secrets}
+            print(json.dumps(error_json(fatal[0], EXIT_INPUT, file=str(config), warnings=warnings, **extra), indent=2))
+        else:
+            _print_human(cfg, config, secrets, warnings)
+            for problem in fatal:
+                err_console.print(f"[bold red]error:[/] {escape(problem)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INPUT)
     if as_json:
         out = {
             "ok": True,
+            "exit_code": EXIT_OK,
             "file": str(config),
             "settings": _shown(cfg),
             "secret_files": secrets,

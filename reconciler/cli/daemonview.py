@@ -84,6 +84,12 @@ def trouble_lines(view: DaemonView, now: float | None = None) -> list[tuple[str,
         )
     for lane, why in sorted((status.get("blocked") or {}).items()):
         lines.append(("yellow", f"{lane} blocked: {why}"))
+    for op in status.get("operations") or []:
+        lanes = ", ".join(str(lane) for lane in op.get("lanes") or [])
+        by = f"; preempted by {str(op['preempted_by'])[:12]}, ending" if op.get("preempted_by") else ""
+        lines.append(
+            ("cyan", f"applying {lanes} at {str(op.get('commit'))[:12]} for {_ago(op.get('started'), now)}{by}")
+        )
     return lines
 
 

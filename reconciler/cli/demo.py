@@ -196,8 +196,9 @@ def demo(
             second = await env.runner.run_cycle(loaded, apply=False)
             rows = status_rows(env.store, loaded.desired)
             if once:
-                report(first, second, rows, time.monotonic() - t0, as_json, console)
-                return EXIT_OK if converged(rows) and first.ok else EXIT_DENY
+                code = EXIT_OK if converged(rows) and first.ok else EXIT_DENY
+                report(first, second, rows, time.monotonic() - t0, as_json, console, code)
+                return code
             print_status(rows, console)
             await run_daemon_on(env, console, resync_s)
             return EXIT_OK
@@ -263,12 +264,20 @@ def _free_loopback_port() -> int:
 
 
 def report(
-    first: CycleResult, second: CycleResult, rows: list[dict[str, Any]], elapsed: float, as_json: bool, console: Console
+    first: CycleResult,
+    second: CycleResult,
+    rows: list[dict[str, Any]],
+    elapsed: float,
+    as_json: bool,
+    console: Console,
+    code: int = EXIT_OK,
 ) -> None:
     if as_json:
         print(
             json.dumps(
                 {
+                    "ok": code == EXIT_OK,
+                    "exit_code": code,
                     "commit": first.commit,
                     "converged": converged(rows),
                     "seconds": round(elapsed, 2),

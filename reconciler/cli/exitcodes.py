@@ -37,6 +37,8 @@ upstream source of `upstream --refresh`."""
 NOT_CONFIRMED = 6
 """`apply` did not change anything because it was not confirmed: the answer was no, or there was
 no terminal to ask (or `--json`) and no `--yes`."""
+TIMED_OUT = 7
+"""`wait` gave up: the lane was not healthy at the commit when --timeout ran out."""
 INTERRUPTED = 130
 """Ctrl-C."""
 
@@ -48,6 +50,7 @@ TABLE: tuple[tuple[int, str, str], ...] = (
     (BLOCKED, "blocked", "a host unreachable or a lane blocked"),
     (UNAVAILABLE, "unavailable", "bench endpoint or every upstream source down"),
     (NOT_CONFIRMED, "not confirmed", "apply not confirmed (no terminal: use --yes)"),
+    (TIMED_OUT, "timed out", "wait: --timeout ran out first"),
     (INTERRUPTED, "interrupted", "Ctrl-C"),
 )
 """(code, name, meaning): what `lanes --help` prints and the README's table repeats."""

@@ -27,7 +27,11 @@ from rich.markup import escape
 from rich.text import Text
 
 from reconciler.cli.common import err_console, fail, handle_errors
+from reconciler.cli.daemonclient import WHERE, DaemonAddress, DaemonCallError, find_daemon
+from reconciler.cli.notecheck import disagreement, read_decisions
+from reconciler.cli.operate import ConfigOpt, DaemonOpt
 from reconciler.cli.tables import Column, print_table
+from reconciler.facts.enginelog import engine_words
 from reconciler.source.gitread import open_repo, resolve
 from reconciler.source.history import LaneChange, change_to_json, history, show_value
 from reconciler.source.notes import parse_note
@@ -67,7 +71,7 @@ def read_applies(db: Path) -> tuple[Applies, str | None]:
         have = {row[1] for row in conn.execute("pragma table_info(applies)")}
         columns = 'run, lane, "commit", fingerprint, result, error, started, finished, timings'
         # cause and drift came later: a journal from before them is read without them.
-        columns += "".join(f", {c}" for c in ("cause", "drift") if c in have)
+        columns += "".join(f", {c}" for c in ("cause", "drift", "logs") if c in have)
         rows = conn.execute(f"select {columns} from applies order by id").fetchall()  # noqa: S608 - constant
     except sqlite3.Error as exc:
         return {}, f"cannot read the journal {db}: {exc}"
@@ -84,8 +88,46 @@ def read_applies(db: Path) -> tuple[Applies, str | None]:
             entry["drift"] = json.loads(entry.get("drift") or "[]")
         except ValueError:
             entry["drift"] = []
+        # The ranks' log tails stay in the journal (`lanes logs` reads live ones); their error lines come along.
+        try:
+            logs = json.loads(entry.pop("logs", None) or "{}")
+        except ValueError:
+            logs = {}
+        entry["engine_error"] = engine_words(logs) if isinstance(logs, dict) else None
         out.setdefault((entry["lane"], entry["commit"]), []).append(entry)
     return out, None
+
+
+def daemon_applies(found: DaemonAddress, lane: str | None) -> tuple[Applies, list[dict[str, Any]], str | None]:
+    """The running daemon's apply rows by (lane, commit), oldest first, its runtime holds, and why there are none."""
+    try:
+        data = found.call("history", {"lane": lane} if lane else {})
+    except DaemonCallError as exc:
+        return {}, [], str(exc)
+    out: Applies = {}
+    for entry in data.get("applies") or ():
+        if isinstance(entry, dict):
+            out.setdefault((str(entry.get("lane")), str(entry.get("commit"))), []).append(entry)
+    holds = [h for h in data.get("suspensions") or () if isinstance(h, dict)]
+    return out, holds, None
+
+
+def journal_holds(db: Path, lane: str | None) -> list[dict[str, Any]]:
+    """The runtime holds a journal copy recorded (read-only; none when it has no such table)."""
+    if not db.is_file():
+        return []
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return []
+    conn.row_factory = sqlite3.Row
+    try:
+        rows = conn.execute('select lane, action, "by", reason, at from suspensions order by id').fetchall()
+    except sqlite3.Error:
+        return []
+    finally:
+        conn.close()
+    return [dict(r) for r in rows if lane is None or r["lane"] == lane]
 
 
 def _note_verdicts(change: LaneChange) -> list[dict[str, Any]]:
@@ -174,9 +216,14 @@ def _outcome(entry: dict[str, Any]) -> str:
             text += " (drift: " + escape("; ".join(f"{d['container']} {d['kind']} on {d['host']}" for d in drift)) + ")"
         if row.get("rule"):
             why = f"{row['rule']}: {why}" if why else row["rule"]
+        engine = row.get("engine_error")
+        if engine and engine not in str(why or ""):
+            why = f"{why}; engine: {engine}" if why else f"engine: {engine}"
         if why:
             text += f": {escape(str(why))}"
         lines.append(text)
+    if entry.get("note_disagrees"):
+        lines.append(f"[bold red]note disagrees with the journal:[/] {escape(entry['note_disagrees'])}")
     return "\n".join(lines) or "[dim]no record[/]"
 
 
@@ -226,7 +273,9 @@ def _change_cell(entry: dict[str, Any]) -> Text:
     return Text.from_markup("\n".join(p for p in parts if p))
 
 
-def print_history(lanes: dict[str, list[dict[str, Any]]], console: Console) -> None:
+def print_history(
+    lanes: dict[str, list[dict[str, Any]]], console: Console, holds: list[dict[str, Any]] | None = None
+) -> None:
     if not lanes:
         console.print("no lane changes found")
     # The change and what the daemon did are what a reader came for: they are the free text that wraps.
@@ -253,6 +302,11 @@ def print_history(lanes: dict[str, list[dict[str, Any]]], console: Console) -> N
         print_table(console, columns, rows, title=Text(name, style="bold"))
         if not entries:
             console.print("no changes found", style="dim")
+        for hold in [h for h in holds or () if h.get("lane") == name]:
+            # Runtime holds (`lanes suspend` / `resume`) are no commit: they are listed after the changes.
+            verb = "suspended" if hold.get("action") == "suspend" else "resumed"
+            text = f"{_when(float(hold['at']))}  {verb} by {hold.get('by')}: {hold.get('reason')}"
+            console.print(escape(text), style="yellow" if verb == "suspended" else "", highlight=False)
         console.print()
 
 
@@ -264,25 +318,41 @@ def history_cmd(
     db: DbOpt = None,
     state_dir: StateDirOpt = "state",
     limit: LimitOpt = 200,
+    daemon: DaemonOpt = None,
+    config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Every commit that changed a lane: who, when, which fields (old -> new), what the daemon did, evidence."""
+    """Every commit that changed a lane: who, when, which fields (old -> new), what the daemon did, evidence.
+
+    What the daemon did comes from the running daemon when one is found, else from --db."""
     repository = open_repo(repo)
     changes = history(repository, {lane} if lane else None, rev=rev, state_dir=state_dir, limit=limit)
     if lane and lane not in changes:
         # No commit ever touched it: a typo, or a lane of another repository. Say which lanes there are.
         known = sorted(history(repository, None, rev=rev, state_dir=state_dir, limit=1))
         fail(f"no lane '{lane}' in the history of {rev} (known: {', '.join(known) or 'none'})", as_json=as_json)
-    applies, problem = read_applies(db if db is not None else DEFAULT_DB)
-    if problem and (db is not None or DEFAULT_DB.exists()):
+    found = find_daemon(daemon, config) if db is None else None
+    if found is not None:
+        applies, holds, problem = daemon_applies(found, lane)
+    else:
+        applies, problem = read_applies(db if db is not None else DEFAULT_DB)
+        holds = journal_holds(db if db is not None else DEFAULT_DB, lane)
+        if problem and db is None and not DEFAULT_DB.exists():
+            problem = f"no daemon and no journal found ({WHERE})"
+    if problem:
         # Said on stderr so `--json` stays one object; the notes in git still say what the daemon did.
         err_console.print(f"[yellow]warning:[/] {escape(problem)}; showing git history and notes only", highlight=False)
     order = first_parent_order(repository, rev)
+    decisions = read_decisions(db if db is not None else DEFAULT_DB)
     lanes = {}
     for name in sorted(changes):
         attached = applies_by_change(changes[name], applies, order)
         lanes[name] = [entry_json(c, attached.get(c.commit, [])) for c in changes[name]]
+        for change, entry in zip(changes[name], lanes[name], strict=True):
+            # Only with the journal at hand: without it the note is all there is, and is shown as such.
+            entry["note_disagrees"] = None if decisions is None else disagreement(change.commit, change.note, decisions)
     if as_json:
-        print(json.dumps({"lanes": lanes}, indent=2, default=str))
+        out = {"ok": True, "exit_code": 0, "lanes": lanes, "suspensions": holds}
+        print(json.dumps(out, indent=2, default=str))
     else:
-        print_history(lanes, Console())
+        print_history(lanes, Console(), holds)

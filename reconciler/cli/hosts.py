@@ -253,8 +253,9 @@ def hosts_cmd(
             as_json=as_json,
         )
     observed = asyncio.run(probe_fleet(desired, known_hosts, ssh_key, only))
+    code = exitcodes.BLOCKED if observed.unreachable() else EXIT_OK
     if as_json:
-        print(json.dumps(hosts_to_json(desired, observed), indent=2))
+        print(json.dumps({"ok": code == EXIT_OK, "exit_code": code, **hosts_to_json(desired, observed)}, indent=2))
     else:
         # Wrapped at the table width ($COLUMNS, the terminal's), 80 in a pipe: blocks of prose, not rows.
         print(render_hosts(desired, observed, output_width() or 80), end="")

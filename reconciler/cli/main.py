@@ -24,6 +24,7 @@ from reconciler.cli import hosts as hosts_cmd
 from reconciler.cli import modelmanifest as modelmanifest_cmd
 from reconciler.cli import models as models_cmd
 from reconciler.cli import modelsync as modelsync_cmd
+from reconciler.cli import operate as operate_cmd
 from reconciler.cli import reconcile as reconcile_cmd
 from reconciler.cli import rewind as rewind_cmd
 from reconciler.cli import schema as schema_cmd
@@ -144,6 +145,11 @@ app.command("apply")(reconcile_cmd.apply_cmd)
 app.command("status")(reconcile_cmd.status_cmd)
 app.command("hosts")(hosts_cmd.hosts_cmd)
 app.command("retry")(reconcile_cmd.retry_cmd)
+app.command("suspend")(operate_cmd.suspend_cmd)
+app.command("resume")(operate_cmd.resume_cmd)
+app.command("reconcile")(operate_cmd.reconcile_cmd)
+app.command("wait")(operate_cmd.wait_cmd)
+app.command("logs")(operate_cmd.logs_cmd)
 app.command("allow-rewind")(rewind_cmd.allow_rewind_cmd)
 app.command("demo")(demo_cmd.demo)
 app.command("daemon")(daemon_cmd.daemon_cmd)

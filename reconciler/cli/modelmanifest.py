@@ -216,7 +216,7 @@ def model_manifest(
     write_atomically(tree / rel, render_manifest(manifest))
     written = Written(manifest, rel, seconds, revision_from, warnings, left_out)
     if as_json:
-        print(json.dumps(written.to_json(), indent=2))
+        print(json.dumps({"ok": True, "exit_code": 0, **written.to_json()}, indent=2))
         return
     for warning in warnings:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)

@@ -257,7 +257,7 @@ def model_unused_cmd(
 
     found = asyncio.run(run())
     if as_json:
-        print(json.dumps(unused_json(desired, found), indent=2))
+        print(json.dumps({"ok": True, "exit_code": 0, **unused_json(desired, found)}, indent=2))
     else:
         render_unused(desired, found, Console())
     raise typer.Exit(exitcodes.BLOCKED if any(h.error for h in found) else EXIT_OK)

@@ -24,10 +24,21 @@ from reconciler.cli import exitcodes
 from reconciler.cli.common import EXIT_OK, handle_errors, load_commit
 from reconciler.cli.modelhosts import reach
 from reconciler.cli.models import HostsOpt, open_transport, split_hosts
-from reconciler.cli.reconcile import DEFAULT_KEY, DEFAULT_KNOWN_HOSTS, JsonOpt, KeyOpt, KnownHostsOpt, RepoOpt, RevOpt
+from reconciler.cli.reconcile import (
+    DEFAULT_KEY,
+    DEFAULT_KNOWN_HOSTS,
+    JsonOpt,
+    KeyOpt,
+    KnownHostsOpt,
+    OriginRootOpt,
+    RepoOpt,
+    RevOpt,
+    local_origins,
+)
 from reconciler.errors import InputError
 from reconciler.execute.hostops import HostOps
-from reconciler.execute.stagestep import stage_hosts
+from reconciler.execute.stagestep import allowed_local, stage_hosts
+from reconciler.execute.stagetypes import CONTROL_NODE
 from reconciler.execute.staging import StageProgress, StageReport, StagingError, stage
 from reconciler.plan.planner import stage_step
 from reconciler.plan.steps import StageModel
@@ -87,6 +98,7 @@ def model_sync_cmd(
     known_hosts: KnownHostsOpt = DEFAULT_KNOWN_HOSTS,
     ssh_key: KeyOpt = DEFAULT_KEY,
     as_json: JsonOpt = False,
+    origin_root: OriginRootOpt = None,
 ) -> None:
     """Stage MODEL on its lanes' hosts (or --hosts) from its origin, ahead of a change (exit 1, 4: see below).
 
@@ -102,6 +114,8 @@ def model_sync_cmd(
         try:
             ops = HostOps(transport, reach(desired, names))
             receivers, origin = stage_hosts(step, ops)
+            if origin.name == CONTROL_NODE:
+                origin = allowed_local(origin, local_origins(origin_root, ssh_key, known_hosts), step)
             return await stage(
                 receivers,
                 step.model,

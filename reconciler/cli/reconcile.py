@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from dataclasses import replace
 from functools import partial
@@ -17,19 +18,22 @@ from rich.text import Text
 
 from reconciler.cli import exitcodes
 from reconciler.cli.common import EXIT_DENY, LoadedCommit, fail, handle_errors, load_commit
+from reconciler.cli.daemonclient import WHERE, DaemonCallError, find_daemon
 from reconciler.cli.daemonview import ask_daemon, needs_attention, trouble_lines
 from reconciler.cli.plandiff import lane_diffs
 from reconciler.cli.planview import blocked_lanes, plan_to_json, print_plan, unreachable_hosts
 from reconciler.cli.progress import StepPrinter
 from reconciler.cli.tables import Column, print_table
 from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
+from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings
+from reconciler.execute.localorigin import LocalOrigins, forbidden_dirs
 from reconciler.execute.results import Result
 from reconciler.execute.secrets import SecretStore
 from reconciler.source.gitread import open_repo
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
-from reconciler.store.status import held_text, staging_text, status_rows, trouble_text
+from reconciler.store.status import held_text, staging_text, status_rows, suspension_text, trouble_text
 from reconciler.transport.ssh import SSHTransport
 from reconciler.upstream.ancestry import fix_ancestry
 
@@ -40,6 +44,32 @@ KnownHostsOpt = Annotated[
     Path, typer.Option("--known-hosts", envvar="LANES_KNOWN_HOSTS", help="pinned host keys (no trust on first use)")
 ]
 KeyOpt = Annotated[Path, typer.Option("--ssh-key", envvar="LANES_SSH_KEY", help="private key for the hosts")]
+OriginRootOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--origin-root",
+        metavar="DIR",
+        help="a folder of this machine a model's `origin: {path}` may be under (repeatable; none: no local origin "
+        "is sent). As the daemon's [ssh] origin_roots: the commit never decides what of this machine is sent",
+    ),
+]
+
+
+def local_origins(roots: list[Path] | None, *held: Path | None, folders: tuple[Path | None, ...] = ()) -> LocalOrigins:
+    """The operator's origin roots, with the folders of the key, known_hosts, journal and secrets kept out."""
+    for root in roots or ():
+        if not root.is_absolute() or root == Path("/"):
+            raise InputError(f"{root} is not an absolute folder below /", field="--origin-root")
+    kept = forbidden_dirs(list(held), folders)
+    for root in roots or ():
+        real = Path(os.path.realpath(root))
+        for folder in kept:
+            other = Path(os.path.realpath(folder))
+            if real == other or real in other.parents or other in real.parents:
+                raise InputError(f"{root} overlaps {folder} (credentials or state)", field="--origin-root")
+    return LocalOrigins(tuple(roots or ()), kept)
+
+
 SecretsOpt = Annotated[
     Path | None,
     typer.Option("--secrets-dir", envvar="LANES_SECRETS_DIR", help="folder of secret files, one per secret name"),
@@ -52,6 +82,17 @@ DaemonOpt = Annotated[
         envvar="LANES_DAEMON",
         help="URL of a running daemon's HTTP endpoint (e.g. http://127.0.0.1:9464): show its view; "
         "exit 1 if it does not answer or cannot write its journal",
+    ),
+]
+
+JournalOpt = Annotated[
+    Path | None,
+    typer.Option("--db", envvar="LANES_DB", help="read this journal copy instead of asking the daemon"),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", envvar="LANES_CONFIG", help="the daemon's settings, to find it (default /etc/lanes/reconciler.toml)"
     ),
 ]
 
@@ -93,18 +134,21 @@ def print_status(rows: list[dict[str, Any]], console: Console) -> None:
     for r in rows:
         ready = r["timings"].get("to_token")
         # No record at all (no journal, or a lane it never saw): nothing is progressing, it was never applied.
-        health = "never applied" if r.get("updated") is None and r["desired"] == "running" else r["health"]
+        health = r["health"]  # the JSON's word: a lane never applied says so beside it, not instead of it
+        never = (
+            " (never applied)" if r.get("never_applied", r.get("updated") is None) and r["desired"] == "running" else ""
+        )
         suspended = " (suspended)" if r.get("suspended") else ""  # a person's lane: its health as last seen
         table.append(
             [
                 r["name"],
                 r["desired"],
-                Text(health + suspended, style=colors.get(health, "")),
+                Text(health + never + suspended, style=colors.get(health, "")),
                 (r["commit"] or "")[:10],
                 ",".join(r["hosts"]),
                 f"{ready:.1f} s" if ready else "",
                 " ".join(v for k, v in r.get("evidence", {}).items() if k in {"pp", "tg"}),
-                staging_text(r.get("staging")) or held_text(r) or trouble_text(r),
+                suspension_text(r) or staging_text(r.get("staging")) or held_text(r) or trouble_text(r),
             ]
         )
     print_table(console, columns, table, title=Text("lanes", style="bold"))
@@ -118,6 +162,7 @@ def make_runner(
     settings: CycleSettings | None = None,
     *,
     as_json: bool = False,
+    origin_roots: list[Path] | None = None,
 ) -> tuple[CycleRunner, Store, SSHTransport]:
     if not known_hosts.is_file():
         fail(
@@ -129,7 +174,8 @@ def make_runner(
     # The git-head mirrors `lanes upstream` keeps answer whether a build holds a known issue's fix.
     ancestry = partial(fix_ancestry, data_dir=UPSTREAM_DATA)
     # Staging a model copies with rsync over ssh, with the same key and pinned host keys as every command.
-    settings = replace(settings or CycleSettings(), ssh_key=key, known_hosts=known_hosts)
+    origins = local_origins(origin_roots, key, known_hosts, db, folders=(secrets_dir,))
+    settings = replace(settings or CycleSettings(), ssh_key=key, known_hosts=known_hosts, origins=origins)
     runner = CycleRunner(transport, store, SecretStore(secrets_dir), settings, ancestry)
     return runner, store, transport
 
@@ -216,6 +262,7 @@ def apply_cmd(
     known_hosts: KnownHostsOpt = DEFAULT_KNOWN_HOSTS,
     ssh_key: KeyOpt = DEFAULT_KEY,
     secrets_dir: SecretsOpt = None,
+    origin_root: OriginRootOpt = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="print one JSON object (never asks: needs --yes to apply)")
     ] = False,
@@ -239,7 +286,9 @@ def apply_cmd(
         fail(NOT_ASKED.format(why=why), exitcodes.NOT_CONFIRMED, as_json=as_json)
     loaded = load_commit(repo, rev)
     only = check_lanes(loaded, lane, as_json)
-    runner, store, transport = make_runner(db, known_hosts, ssh_key, secrets_dir, as_json=as_json)
+    runner, store, transport = make_runner(
+        db, known_hosts, ssh_key, secrets_dir, as_json=as_json, origin_roots=origin_root
+    )
     console = Console(stderr=as_json)
 
     async def go() -> CycleResult | None:
@@ -285,14 +334,21 @@ def apply_cmd(
 def status_cmd(
     repo: RepoOpt = ".",
     rev: RevOpt = "HEAD",
-    db: DbOpt = DEFAULT_DB,
+    db: JournalOpt = None,
     daemon: DaemonOpt = None,
+    config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Per lane: desired and applied commit, health, hosts, last error.
+    """Per lane: desired and applied commit, health, hosts, last error (the engine's own words with it).
 
-    With --daemon, the running daemon's view instead of a local journal, and what keeps it from converging.
+    Asks the running daemon when one is found (--daemon, LANES_DAEMON, --config or
+    /etc/lanes/reconciler.toml), with what keeps it from converging; --db reads a journal copy instead.
     """
+    if daemon is None and db is None:
+        found = find_daemon(None, config)
+        daemon = found.url if found is not None else None
+        if daemon is None and not DEFAULT_DB.is_file():
+            fail(f"no daemon and no journal found: {WHERE}", as_json=as_json, field="--db")
     view = ask_daemon(daemon) if daemon else None
     refused: dict[str, Any] | None = None  # the journal's newest decision, when it refused the head
     if view is not None and view.status is not None:
@@ -303,14 +359,15 @@ def status_cmd(
             desired = load_commit(repo, rev).desired
         except Exception:
             desired = None
-        store = Store(db)
+        store = Store(db or DEFAULT_DB)
         rows = status_rows(store, desired)
         latest = store.latest_commit()
         store.close()
         if latest is not None and latest["outcome"] in ("refused", "invalid"):
             refused = {"commit": latest["sha"], "reason": latest["detail"].get("refused", ""), "time": latest["time"]}
+    code = EXIT_DENY if view is not None and needs_attention(view) else exitcodes.OK
     if as_json:
-        out: dict[str, Any] = {"lanes": rows}
+        out: dict[str, Any] = {"ok": code == exitcodes.OK, "exit_code": code, "lanes": rows}
         if view is not None:
             out = {"daemon": view.as_json(), **out}
         if refused is not None:
@@ -324,28 +381,43 @@ def status_cmd(
         for color, text in trouble_lines(view) if view is not None else []:
             console.print(f"[{color}]{escape(text)}[/]", highlight=False, soft_wrap=True)
         print_status(rows, console)
-    if view is not None and needs_attention(view):
-        raise typer.Exit(EXIT_DENY)
+    if code != exitcodes.OK:
+        raise typer.Exit(code)
 
 
 @handle_errors
 def retry_cmd(
     lane: Annotated[str, typer.Argument(metavar="LANE", help="lane whose failed spec may be tried again")],
-    db: DbOpt = DEFAULT_DB,
+    db: JournalOpt = None,
+    daemon: DaemonOpt = None,
+    config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Allow a lane's failed spec to be applied again on the next apply or cycle (exit 2: no such lane)."""
-    if not db.is_file():
-        fail(f"no journal at {db}: nothing was ever applied with it (pass --db)", as_json=as_json, field="--db")
-    store = Store(db)
-    try:
-        known = sorted(r.name for r in store.lanes())
-        if lane not in known:
-            fail(f"no lane '{lane}' in the journal {db} (known: {', '.join(known) or 'none'})", as_json=as_json)
-        cleared = store.clear_failed(lane)
-    finally:
-        store.close()
+    """Allow a lane's failed spec to be applied again (exit 2: no such lane).
+
+    Asks the running daemon when one is found (it reconciles at once); --db clears the mark in a journal.
+    """
+    found = find_daemon(daemon, config) if db is None else None
+    if found is not None:
+        try:
+            cleared = bool(found.call("retry", {"lane": lane})["cleared"])
+        except DaemonCallError as exc:
+            fail(str(exc), exitcodes.BAD_INPUT if exc.status in (400, 404) else exitcodes.FAILED, as_json=as_json)
+    else:
+        journal = db or DEFAULT_DB
+        if not journal.is_file():
+            fail(f"no daemon found and no journal at {journal}: {WHERE}", as_json=as_json, field="--db")
+        store = Store(journal)
+        try:
+            known = sorted(r.name for r in store.lanes())
+            if lane not in known:
+                fail(
+                    f"no lane '{lane}' in the journal {journal} (known: {', '.join(known) or 'none'})", as_json=as_json
+                )
+            cleared = store.clear_failed(lane)
+        finally:
+            store.close()
     if as_json:
-        print(json.dumps({"ok": True, "lane": lane, "cleared": cleared}))
+        print(json.dumps({"ok": True, "exit_code": exitcodes.OK, "lane": lane, "cleared": cleared}))
     else:
         print(f"{lane}: failed mark cleared" if cleared else f"{lane}: no failed spec recorded")

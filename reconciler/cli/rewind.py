@@ -43,7 +43,7 @@ def allow_rewind_cmd(
     finally:
         store.close()
     if as_json:
-        print(json.dumps(row))
+        print(json.dumps({"ok": True, "exit_code": 0, **row}))
     else:
         print(f"{row['sha'][:12]}: rewind allowed by {row['by']}: {row['reason']}")
         print("the daemon applies it at its next cycle (now: systemctl reload lanes-reconciler)")

@@ -24,11 +24,10 @@ from reconciler.store.journal import Store
 STORE_RETRY_S = 2.0
 """How soon to try the journal again after the disk refused a write: one small write, cheap to repeat."""
 
-BLOCKED_RETRY_FIRST_S = 2.0
-BLOCKED_RETRY_MAX_S = 60.0
-"""Lanes blocked by a lease (another reconciler acting) or an unreachable host are looked at again after
-2, 4, 8 ... s, at most a minute apart: soon enough to follow the other reconciler's finished apply, rare
-enough not to hammer a host that is down. The resync interval alone would leave them for minutes."""
+CRASH_RETRY_FIRST_S = 2.0
+CRASH_RETRY_MAX_S = 60.0
+"""A cycle that crashed (a bug) is tried again after 2, 4, 8 ... s, at most a minute apart. Lanes blocked by a
+lease are not paced here: their hold says when (`reconciler.lane.lease_delay`, from the error's delay_s)."""
 
 
 def _ago(since: float | None, now: float) -> str:
@@ -91,7 +90,7 @@ class SourceHealth:
 class Backoff:
     """Delays that double from `first` up to `cap`, with jitter so two daemons do not retry in step."""
 
-    def __init__(self, first: float = BLOCKED_RETRY_FIRST_S, cap: float = BLOCKED_RETRY_MAX_S) -> None:
+    def __init__(self, first: float = CRASH_RETRY_FIRST_S, cap: float = CRASH_RETRY_MAX_S) -> None:
         self.first = first
         self.cap = cap
         self._next = first

@@ -36,6 +36,7 @@ from reconciler.daemon.configcore import (
     RepoSettings,
     SshSettings,
 )
+from reconciler.daemon.configgateway import GatewaySettings
 from reconciler.daemon.configjobs import BenchSettings, RetentionSettings, UpstreamCredentialSettings, UpstreamSettings
 from reconciler.daemon.configpaths import (
     Section,
@@ -45,6 +46,7 @@ from reconciler.daemon.tomlpos import TOML_POS, describe_error, line_of
 from reconciler.daemon.trialsettings import ExperimentSettings, ForgeSection
 from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleSettings, HostOverride
+from reconciler.execute.localorigin import LocalOrigins, forbidden_dirs
 from reconciler.notifications.settings import NotificationSettings, ReceiverSettings
 from reconciler.spec.base import NAME_RE
 from reconciler.upstream.base import PollSettings, UpstreamCredential
@@ -90,6 +92,7 @@ class DaemonConfig(Section):
     )
     forge: ForgeSection = Field(description="the forge of the state repository's pull requests")
     experiments: ExperimentSettings = Field(description="trial branches tried on spare hosts")
+    gateway: GatewaySettings = Field(description="the gateway's routes to the lanes that serve")
 
     @model_validator(mode="before")
     @classmethod
@@ -97,7 +100,7 @@ class DaemonConfig(Section):
         # Missing sections are validated as {} so their env-dependent defaults see the context.
         if isinstance(data, dict):
             data = dict(data)
-            for name in ("ssh", "daemon", "http", "upstream", "bench", "retention", "forge", "experiments"):
+            for name in ("ssh", "daemon", "http", "upstream", "bench", "retention", "forge", "experiments", "gateway"):
                 data.setdefault(name, {})
         return data
 
@@ -118,6 +121,20 @@ class DaemonConfig(Section):
                 "allowed_signers file naming the daemon's evidence key as lanes-evidence (its evidence commits are "
                 "SSH-signed; without it every evidence commit would be refused)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _origin_roots_apart(self) -> DaemonConfig:
+        """An origin root may hold models only: none of the daemon's credentials or state inside or above it."""
+        for root in self.ssh.origin_roots:
+            real = Path(os.path.realpath(root))
+            for kept in self.kept_from_origins():
+                kept_real = Path(os.path.realpath(kept))
+                if real == kept_real or real in kept_real.parents or kept_real in real.parents:
+                    raise ValueError(
+                        f"ssh.origin_roots: {root} and {kept} overlap: a model origin under it could send the "
+                        "daemon's credentials or state to a Spark"
+                    )
         return self
 
     def evidence_key(self) -> Path:
@@ -154,7 +171,14 @@ class DaemonConfig(Section):
             ssh_key=self.ssh.key,
             known_hosts=self.ssh.known_hosts,
             stage_parallel=self.ssh.stage_parallel,
+            origins=LocalOrigins(self.ssh.origin_roots, self.kept_from_origins()),
         )
+
+    def kept_from_origins(self) -> tuple[Path, ...]:
+        """The folders no origin may contain or lie in: every credential's, the journal's, the mirror's."""
+        folders = [self.daemon.secrets_dir, self.repo.mirror_dir]
+        files = [p for p in self.secret_paths().values() if p not in folders]
+        return forbidden_dirs([*files, self.ssh.known_hosts, self.daemon.db], folders)
 
     def secret_paths(self) -> dict[str, Path | None]:
         """Files and folders that hold secrets: shown by `config check`, never read by it."""
@@ -164,6 +188,8 @@ class DaemonConfig(Section):
             "daemon.secrets_dir": self.daemon.secrets_dir,
             "http.webhook_secret_file": self.http.webhook_secret_file,
             "http.dashboard_token_file": self.http.dashboard_token_file,
+            "http.control_token_file": self.http.control_token_file,
+            "gateway.key_file": self.gateway.key_file,
             "repo.credential_file": self.repo.credential_file,
             **{f"upstream.credentials.{n}.file": c.file for n, c in self.upstream.credentials.items()},
             **self.notifications.credential_files(),
@@ -196,6 +222,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "notifications": NotificationSettings,
     "forge": ForgeSection,
     "experiments": ExperimentSettings,
+    "gateway": GatewaySettings,
 }
 
 

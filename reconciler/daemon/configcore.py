@@ -23,6 +23,7 @@ from reconciler.daemon.configpaths import (
 )
 from reconciler.daemon.http import parse_listen
 from reconciler.execute.secrets import SYSTEMD_LANE_PREFIX
+from reconciler.spec.base import HostAddress
 
 FALLBACK_STATE_DIR = Path("/var/lib/lanes")
 FALLBACK_CONFIG_DIR = Path("/etc/lanes")
@@ -159,6 +160,11 @@ class SshSettings(Section):
     pull_timeout_s: float = Field(
         1800.0, gt=0, le=86400, description="seconds for an image pull (multi-GB engine images on a slow link)"
     )
+    origin_roots: tuple[Path, ...] = Field(
+        (),
+        description="folders of the control node a model's `origin: {path: ...}` may be at or under (none: "
+        "no control-node origin is sent); never the folders of the daemon's credentials, journal or mirror",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -178,6 +184,21 @@ class SshSettings(Section):
     @classmethod
     def _paths(cls, value: Any, info: ValidationInfo) -> Any:
         return path_or_none(value, info)
+
+    @field_validator("origin_roots", mode="before")
+    @classmethod
+    def _roots(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, list | tuple):
+            return tuple(path_or_none(v, info) for v in value)
+        return value
+
+    @field_validator("origin_roots")
+    @classmethod
+    def _absolute(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
+        for root in value:
+            if not root.is_absolute() or root == Path("/"):
+                raise ValueError(f"{root} is not an absolute folder below / (an origin root is a folder of models)")
+        return value
 
 
 class DaemonSettings(Section):
@@ -256,6 +277,11 @@ class HttpSettings(Section):
         description="file holding the bearer token the dashboard asks for (Authorization: Bearer ...); required "
         "to serve it when listen is not a loopback address, asked for on loopback too when set",
     )
+    control_token_file: Path | None = Field(
+        None,
+        description="file holding the bearer token of the control API (/control/: status, retry, suspend, resume, "
+        "reconcile, wait, logs), e.g. $CREDENTIALS_DIRECTORY/control-token; the API is off unless it is set",
+    )
     # Limits that keep a flood of clients from costing the daemon its memory or descriptors.
     max_connections: int = Field(
         64,
@@ -282,7 +308,7 @@ class HttpSettings(Section):
         parse_listen(value)
         return value
 
-    @field_validator("webhook_secret_file", "dashboard_token_file", mode="before")
+    @field_validator("webhook_secret_file", "dashboard_token_file", "control_token_file", mode="before")
     @classmethod
     def _path(cls, value: Any, info: ValidationInfo) -> Any:
         return path_or_none(value, info)
@@ -295,6 +321,6 @@ class HttpSettings(Section):
 class HostOverrideSettings(Section):
     """[hosts.<name>]: reach a host somewhere else than its state address (a tunnel, a simulated Spark)."""
 
-    address: str = Field(min_length=1, description="address or name to connect to instead of the state's")
+    address: HostAddress = Field(description="address or name to connect to instead of the state's")
     port: int = Field(22, ge=1, le=65535, description="SSH port to connect to")
     user: str | None = Field(None, min_length=1, description="SSH user instead of the state's (default: the state's)")

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
+import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -21,7 +24,7 @@ from reconciler.dashboard.gather import lane_git, lane_journal
 from reconciler.dashboard.lanepage import LaneData, render_lane
 from reconciler.dashboard.overview import render_overview
 from reconciler.dashboard.snapshot import Snapshot
-from reconciler.source.history import LaneChange
+from reconciler.source.history import LaneChange, WalkStoppedError
 from reconciler.store.status import status_rows
 from reconciler.upstream import UpstreamStore, gap_rows
 
@@ -29,6 +32,9 @@ log = structlog.get_logger("lanes.dashboard")
 
 if TYPE_CHECKING:
     from reconciler.daemon.service import Daemon
+
+PAGE_WORK_S = 10.0
+"""Git work of one lane page, at most (a third of the HTTP handler's 30 s timeout): then 503, the lock freed."""
 
 HTML = "text/html; charset=utf-8"
 HEADERS = {
@@ -64,6 +70,8 @@ def snapshot(daemon: Daemon) -> Snapshot:
         observed=last.observed if last is not None else None,
         gaps=gaps,
         gap_error=gap_error,
+        gateway=daemon.gateway.last if daemon.config.gateway.enabled else None,
+        now=time.time(),
     )
 
 
@@ -79,17 +87,31 @@ async def serve_page(daemon: Daemon, request: Request) -> Response:
     known = {row["name"] for row in snap.rows}
     if lane not in known:
         return Response(404, b"no such lane\n")
-    head = daemon.last_head
+    # The newest head the decider verified, never merely the newest fetched: a refused head's files are
+    # not shown as the lane's history (nor parsed for it), however they were pushed.
+    head = daemon.decider.trusted
     changes: list[LaneChange] = []
     evidence: list[tuple[str, dict[str, Any]]] = []
     if head is not None:
         mirror = daemon.mirror
+        over = threading.Event()
+        deadline = time.monotonic() + PAGE_WORK_S
+
+        def stop() -> bool:
+            return over.is_set() or time.monotonic() > deadline
 
         def read() -> tuple[list[LaneChange], list[tuple[str, dict[str, Any]]]]:
             with mirror.lock:
-                return lane_git(mirror.repo, head, lane, daemon.config.repo.state_dir)
+                return lane_git(mirror.repo, head, lane, daemon.config.repo.state_dir, stop)
 
-        changes, evidence = await asyncio.to_thread(read)
+        try:
+            changes, evidence = await asyncio.to_thread(read)
+        except WalkStoppedError as exc:
+            log.warning("dashboard.page_stopped", lane=lane, reason=str(exc))
+            return Response(503, b"the lane's history took too long to read; `lanes history` reads it whole\n")
+        finally:
+            over.set()  # a cancelled request (the handler's timeout, a client gone) ends the thread's walk too
     applies, decisions = lane_journal(daemon.store, lane, [c.commit for c in changes])
     data = LaneData(lane, changes, applies, decisions, evidence)
-    return Response(200, render_lane(snap, data).encode(), HTML, HEADERS)
+    # The page is named after the head its history was read at: the accepted one, not a refused newer one.
+    return Response(200, render_lane(replace(snap, head=head), data).encode(), HTML, HEADERS)

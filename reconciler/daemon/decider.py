@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import pygit2
@@ -25,7 +27,9 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.errors import InputError, LanesError
 from reconciler.execute.apply import ProgressEvent
 from reconciler.execute.cycle import CycleResult, CycleRunner
-from reconciler.execute.results import Result
+from reconciler.execute.operations import Operation, Operations
+from reconciler.execute.results import LaneResult, Result
+from reconciler.facts.enginelog import with_engine_words
 from reconciler.notifications import hub as notifications
 from reconciler.notifications.events import Refusal
 from reconciler.plan.steps import Cause
@@ -47,18 +51,57 @@ def log_progress(event: ProgressEvent) -> None:
     method(f"lane.{event.step}.{event.status}", lane=event.lane, detail=event.detail)
 
 
+@dataclass
+class CommitRun:
+    """A commit whose lane operations are still in flight: its record is written once the last one ends."""
+
+    loaded: LoadedCommit
+    cycle: CycleResult
+    """The cycle that started them (its verdict and probe)."""
+    results: dict[str, LaneResult] = field(default_factory=dict)
+    open: set[str] = field(default_factory=set)
+    """Lanes whose operation of this commit is in flight."""
+    judging: set[str] = field(default_factory=set)
+    """Lanes the last cycle of this commit left to their preflight: the commit is not decided before them."""
+    t0: float = field(default_factory=time.monotonic)
+
+    def add(self, results: list[LaneResult]) -> None:
+        self.results.update({r.lane: r for r in results})
+
+    def merged(self) -> CycleResult:
+        return replace(self.cycle, results=list(self.results.values()), started=(), in_flight=())
+
+
 class CommitDecider:
     def __init__(
-        self, config: DaemonConfig, store: Store, runner: CycleRunner, mirror: Mirror, metrics: Metrics
+        self,
+        config: DaemonConfig,
+        store: Store,
+        runner: CycleRunner,
+        mirror: Mirror,
+        metrics: Metrics,
+        operations: Operations | None = None,
+        on_settled: Callable[[bool], None] | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.runner = runner
         self.mirror = mirror
         self.metrics = metrics
+        self.operations = operations
+        """Where the daemon's lane changes run (None: each cycle applies and waits, as `lanes apply` does)."""
+        self.on_settled = on_settled or (lambda _replan: None)
+        """Called when an operation ended, with whether lanes wait for it (deferred behind it, or the newest
+        spec of a preempted lane): the daemon then plans again; else it only reschedules its retries."""
+        self._replan = False
+        """The last cycle left lanes for later (deferred, preempted): the next operation to end plans again."""
+        self.open: dict[str, CommitRun] = {}
+        """Commits with lane operations in flight."""
         self.last_desired: DesiredState | None = None
         self.last_result: CycleResult | None = None
         """The last cycle's verdict, probe and plan: the dashboard shows its budgets and host facts."""
+        self._latest: tuple[str, dict[str, LaneResult]] = ("", {})
+        """The newest result of each lane at a commit (cycles and operations): a lane-scoped cycle's record."""
         self.blocked: dict[str, str] = {}
         """Lanes the last cycle could not act on, and why (a host leased by another reconciler, unreachable)."""
         self._loaded: tuple[tuple[str, str, str], LoadedCommit] | None = None
@@ -93,7 +136,9 @@ class CommitDecider:
         self._loaded = (key, loaded)
         return loaded
 
-    async def decide(self, head: str) -> str:
+    async def decide(self, head: str, only_lanes: frozenset[str] | None = None) -> str:
+        """`only_lanes`: an operator asked for these lanes now (`lanes reconcile --lane`): only they are planned
+        and acted on; the commit's record keeps the other lanes' results from its last full cycle."""
         t0 = time.monotonic()
         structlog.contextvars.bind_contextvars(commit=head[:12])
         try:
@@ -116,9 +161,18 @@ class CommitDecider:
             self._trusted = head
             if anchor(self.store) != head:
                 set_anchor(self.store, head)
-            result = await self.runner.run_cycle(loaded, progress=log_progress)
-            self.last_result = result
-            outcome = self._outcome(result)
+            if self.operations is None:
+                result = await self.runner.run_cycle(loaded, progress=log_progress)
+            else:
+                result = await self.runner.start_cycle(
+                    loaded,
+                    self.operations,
+                    self._operation_done,
+                    progress=log_progress,
+                    judged=self._judged,
+                    only_lanes=only_lanes,
+                )
+            result = self._with_others(result, only_lanes)
             notifications.on_cycle(result, loaded.desired)
             self.metrics.record_cycle(time.monotonic() - t0, result.results)
             # Only what another reconciler or a host holds up is looked at again soon; a condemned spec
@@ -127,22 +181,88 @@ class CommitDecider:
                 r.lane: r.error or "blocked"
                 for r in result.results
                 if r.result == Result.BLOCKED and r.cause in {Cause.LEASE_HELD, Cause.UNREACHABLE}
-            }
+            }  # a lane-scoped cycle carries the other lanes' last results (`_with_others`): theirs stand
             for lane, why in sorted(self.blocked.items()):
                 log.info("lane.blocked", lane=lane, reason=why)
             self.metrics.blocked.set(len(self.blocked))
-            changed = any(r.result != "noop" for r in result.results)
-            recorded = self.store.commit_outcome(head)
-            if recorded is None:  # resyncs of the same commit must not count its denials again
-                self.metrics.record_denials(v.rule for v in result.verdict.violations if v.severity == "deny")
-            verdict = self._verdict(result)
-            if recorded is None or recorded["outcome"] != outcome or (changed and not _repeats(recorded, verdict)):
-                await self._record(head, outcome, verdict)
-            await benchmark_changed(self.config, loaded.desired, result, self.mirror, self.store)
-            log.info("cycle.done", outcome=outcome, seconds=round(time.monotonic() - t0, 3))
-            return outcome
+            self._replan = bool(result.deferred or result.preempted)
+            run = self.open.get(head)
+            if result.started or result.judging or run is not None:
+                if run is None:
+                    run = self.open[head] = CommitRun(loaded, result)
+                run.add(result.results)
+                run.open.update(result.started)
+                run.judging = set(result.judging)
+                if run.open or run.judging:
+                    log.info(
+                        "cycle.done", outcome="progressing", in_flight=sorted(run.open), preempted=result.preempted
+                    )
+                    return "progressing"
+                del self.open[head]
+                result = run.merged()
+            return await self._conclude(head, loaded, result, t0)
         finally:
             structlog.contextvars.unbind_contextvars("commit")
+
+    def _with_others(self, result: CycleResult, only_lanes: frozenset[str] | None) -> CycleResult:
+        """The cycle's result as the commit's: a full cycle's is kept as the last (the dashboard draws its
+        plan); a lane-scoped one adds the other lanes' results from the last full cycle at this commit."""
+        last, (commit, latest) = self.last_result, self._latest
+        if commit != result.commit:
+            latest = {}
+        if only_lanes is None or last is None or commit != result.commit:
+            self.last_result = result
+            self._latest = (result.commit, {**latest, **{r.lane: r for r in result.results}})
+            return result
+        mine = [r for r in result.results if r.lane in only_lanes]
+        others = [r for lane, r in latest.items() if lane not in only_lanes]
+        merged = replace(result, results=others + mine)
+        self._latest = (commit, {**latest, **{r.lane: r for r in mine}})
+        self.last_result = replace(last, results=merged.results)
+        return merged
+
+    def _judged(self) -> None:
+        """A preflight ended: the lanes it held back are planned again, with its verdicts."""
+        self.on_settled(True)
+
+    async def _operation_done(self, op: Operation, results: list[LaneResult]) -> None:
+        """An operation ended: its lanes' results join its commit's; the last one writes the commit's record."""
+        structlog.contextvars.bind_contextvars(commit=op.commit[:12])
+        try:
+            run = self.open.get(op.commit)
+            if run is None:  # pragma: no cover - every operation is started by a cycle that opened its commit
+                log.warning("operation.orphaned", lanes=list(op.lanes))
+                return
+            ended = replace(run.cycle, results=results, started=(), in_flight=())
+            notifications.on_cycle(ended, run.loaded.desired)
+            self.metrics.record_cycle(time.monotonic() - run.t0, results)
+            for r in results:  # a lease another reconciler took while this operation waited for it
+                if r.result == Result.BLOCKED and r.cause in {Cause.LEASE_HELD, Cause.UNREACHABLE}:
+                    self.blocked[r.lane] = r.error or "blocked"
+            run.add(results)
+            if self._latest[0] == op.commit:
+                self._latest[1].update({r.lane: r for r in results})
+            run.open.difference_update(op.lanes)
+            if not run.open and not run.judging:
+                del self.open[op.commit]
+                await self._conclude(op.commit, run.loaded, run.merged(), run.t0)
+        finally:
+            structlog.contextvars.unbind_contextvars("commit")
+            self.on_settled(self._replan)
+
+    async def _conclude(self, head: str, loaded: LoadedCommit, result: CycleResult, t0: float) -> str:
+        """A commit's lanes all ended: its outcome recorded (journal, note), and what changed benchmarked."""
+        outcome = self._outcome(result)
+        changed = any(r.result != "noop" for r in result.results)
+        recorded = self.store.commit_outcome(head)
+        if recorded is None:  # resyncs of the same commit must not count its denials again
+            self.metrics.record_denials(v.rule for v in result.verdict.violations if v.severity == "deny")
+        verdict = self._verdict(result)
+        if recorded is None or recorded["outcome"] != outcome or (changed and not _repeats(recorded, verdict)):
+            await self._record(head, outcome, verdict)
+        await benchmark_changed(self.config, loaded.desired, result, self.mirror, self.store)
+        log.info("cycle.done", outcome=outcome, seconds=round(time.monotonic() - t0, 3))
+        return outcome
 
     def refusal(self, sha: str) -> str | None:
         """Why `sha` must not be acted on, or None: with signing on, an allowed signature and no rewind."""
@@ -215,6 +335,8 @@ class CommitDecider:
             return "denied"
         if "blocked" in results:
             return "blocked"
+        if "preempted" in results:
+            return "preempted"
         return "applied"
 
     @staticmethod
@@ -226,7 +348,7 @@ class CommitDecider:
             entry: dict[str, Any] = {
                 "lane": r.lane,
                 "result": r.result,
-                "error": r.error,
+                "error": with_engine_words(r.error, r.logs),  # the engine's own words beside "a rank exited"
                 "timings": {k: v for k, v in r.timings.items() if k == "total"},
             }
             if r.held_until is not None:
@@ -250,7 +372,7 @@ class CommitDecider:
 
     def _write_note(self, head: str, verdict: dict[str, Any]) -> None:
         with self.mirror.lock:
-            write_verdict_note(self.mirror.repo, head, verdict)
+            write_verdict_note(self.mirror.repo, head, verdict, signing_key=self.mirror.notes_signing_key)
 
     def _push_notes(self) -> None:
         try:

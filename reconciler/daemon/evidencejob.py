@@ -29,6 +29,7 @@ from reconciler.source.evidence import commit_evidence
 from reconciler.source.mirror import Mirror
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
+from reconciler.store.lanewriter import note_evidence
 
 log = structlog.get_logger("lanes.bench")
 
@@ -129,9 +130,10 @@ async def benchmark_changed(
             continue
         log.info("evidence.committed", lane=lane.name, commit=sha[:12], regression=bool(ev.get("regression")))
         notifications.on_regression(lane.name, desired.commit, sha, ev, desired)
-        store.update_lane(
+        note_evidence(
+            store,
             lane.name,
-            evidence={
+            {
                 **evidence.headline(ev),
                 "file": evidence.evidence_path(ev),
                 "evidence_commit": sha,

@@ -44,6 +44,7 @@ from reconciler.store.experiments import experiment, mark_posted, record_experim
 from reconciler.store.journal import Store
 from reconciler.upstream.ancestry import fix_ancestry
 from reconciler.upstream.base import read_credential
+from reconciler.upstream.bounded import BoundedTransport
 from reconciler.upstream.forge import comment_on_pull, find_open_pull
 
 log = structlog.get_logger("lanes.trial")
@@ -206,7 +207,9 @@ class ExperimentJob:
                 if forge.token_credential
                 else None
             )
-            async with httpx.AsyncClient(timeout=FORGE_TIMEOUT_S) as client:
+            # The forge's answers are capped like every upstream's (upstream.bounded).
+            transport = BoundedTransport(httpx.AsyncHTTPTransport())
+            async with httpx.AsyncClient(timeout=FORGE_TIMEOUT_S, transport=transport) as client:
                 found = await find_open_pull(client, forge, token, branch)
                 if found is None:
                     log.info("trial.no_pull_request", branch=branch, commit=commit[:12])

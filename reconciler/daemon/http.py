@@ -147,6 +147,7 @@ class HttpServer:
         webhook: WebhookFn | None = None,
         pages: Handler | None = None,
         limits: Limits | None = None,
+        control: Handler | None = None,
     ) -> None:
         self.host, self._port = parse_listen(listen)
         self._health = health
@@ -154,6 +155,7 @@ class HttpServer:
         self._metrics = metrics
         self._webhook = webhook
         self._pages = pages
+        self._control = control  # /control/<command>: reconciler.daemon.control (authorizes itself)
         self.limits = limits or Limits()
         self._sock: socket.socket | None = None
         self._acceptor: asyncio.Task[None] | None = None
@@ -397,6 +399,8 @@ class HttpServer:
             routes["/webhook"] = (("POST",), self._post_webhook)
         if self._pages is not None and (path == "/" or path.startswith(PAGE_PREFIXES)):
             routes[path] = (("GET", "HEAD"), self._pages)
+        if self._control is not None and path.startswith("/control/"):
+            routes[path] = (("GET", "POST"), self._control)
         if path not in routes:
             raise _HttpError(404)
         methods, handler = routes[path]

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from reconciler.daemon.conditions import health
+from reconciler.daemon.control import control_handler
 from reconciler.daemon.dashroute import serve_page
 from reconciler.daemon.hookroute import receive_push
 from reconciler.daemon.http import HttpServer, Limits, Request, Response
@@ -49,6 +50,7 @@ def http_server(d: Daemon) -> HttpServer | None:
         metrics=metrics,
         webhook=webhook,
         pages=page if http.dashboard else None,
+        control=control_handler(d),
         limits=Limits(
             max_connections=http.max_connections,
             head_timeout_s=http.head_timeout_s,

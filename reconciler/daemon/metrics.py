@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from reconciler import __version__ as _version
-from reconciler.plan.health import LaneHealth
+from reconciler.lane import LaneHealth
 
 HEALTHS = tuple(h.value for h in LaneHealth)
 """Every health a lane can have (`lanes status`); each is always exported, 0 when no lane has it."""

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,31 +32,42 @@ from reconciler.daemon.conditions import STORE_RETRY_S, Backoff, Retries, Source
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.decider import CommitDecider
 from reconciler.daemon.experimentjob import ExperimentJob
+from reconciler.daemon.gatewayjob import GatewayJob
 from reconciler.daemon.hookroute import DeliveryWindow
 from reconciler.daemon.httpface import http_server
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.retentionjob import prune_journal
 from reconciler.daemon.trialjob import make_trial
-from reconciler.daemon.trigger import Trigger
+from reconciler.daemon.trigger import LANE_KICK, Trigger
 from reconciler.daemon.upstreamjob import upstream_job
-from reconciler.errors import LanesError
+from reconciler.errors import HostUnreachableError, LanesError
 from reconciler.execute.cycle import CycleRunner, window_clock
+from reconciler.execute.operations import Operations
 from reconciler.execute.secrets import lane_secrets, secret_values
+from reconciler.lane import LeasedBy
 from reconciler.logsetup import remember_secrets
 from reconciler.notifications import hub as notifications
 from reconciler.source.mirror import Mirror
 from reconciler.source.watch import watch_refs
+from reconciler.spec.lane import Lane
 from reconciler.store.experiments import experiments
 from reconciler.store.journal import Store
+from reconciler.store.lanestate import lane_states
 from reconciler.store.status import status_rows
 from reconciler.transport.ssh import SSHTransport
 from reconciler.upstream.ancestry import fix_ancestry
 
 log = structlog.get_logger("lanes.daemon")
 JOB_TIMEOUT_S = 600.0
-FORCED = frozenset({"resync", "start", "reload", "retry", "store-retry", "blocked-retry", "spec-retry", "window-retry"})
-"""Reasons that reconcile even when the head did not move (the hosts or the daemon's footing may have)."""
+FORCED = frozenset(
+    {"resync", "start", "reload", "retry", "store-retry", "blocked-retry", "spec-retry", "window-retry", "operation"}
+)
+"""Reasons that reconcile even when the head did not move (the hosts or the daemon's footing may have; an
+operation that ended leaves lanes to plan: deferred behind it, or the newest spec after a preemption)."""
+OPERATIONS_STOP_S = 60.0
+"""How long a shutdown waits for the operations it cancels to put their last healthy specs back (each restarts
+without waiting for the engine to load): inside the unit's TimeoutStopSec=90s."""
 UPSTREAM_TIMEOUT_S = 3600.0  # a trial loads a model on spare hosts: tens of minutes on a Spark
 
 
@@ -81,9 +92,13 @@ class Daemon:
         self.last_cycle: dict[str, Any] = {}
         self.phase = "starting"
         self.source = SourceHealth(config.repo.url)
-        self.backoff = Backoff()
+        self.crash_backoff = Backoff()  # a crashed cycle's retries (blocked lanes follow their holds)
         self.retries = Retries(self.trigger.kick)
         self._store_down = False
+        self.jobs: dict[str, asyncio.Task[None]] = {}
+        """Long jobs running beside the loop (the upstream poll, trial branches), by name."""
+        self.hosts = asyncio.Lock()
+        """Held by a cycle and by a trial on spare hosts: a trial lane never meets a cycle that would stop it."""
         self.deliveries = DeliveryWindow(config.http.replay_window)  # signed webhook deliveries seen
         self._setup()
 
@@ -114,8 +129,22 @@ class Daemon:
             known_hosts=cfg.ssh.known_hosts,
             transport="git" if local_worktree else "auto",
             credential_file=cfg.repo.credential_file,
+            notes_signing_key=cfg.evidence_key() if cfg.repo.require_signed_commits else None,
         )
-        self.decider = CommitDecider(cfg, self.store, self.runner, self.mirror, self.metrics)
+        # Lane changes run as operations of their own: the loop never waits for a readiness gate.
+        self.operations = Operations()
+        self.decider = CommitDecider(
+            cfg,
+            self.store,
+            self.runner,
+            self.mirror,
+            self.metrics,
+            self.operations,
+            on_settled=self._operation_ended,
+        )
+        self.gateway = GatewayJob(
+            cfg.gateway, self.store, lambda: self.decider.last_desired, self.runner.settings.overrides
+        )
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -149,17 +178,25 @@ class Daemon:
             self.trigger.kick("fetch")
 
     async def _upstream_job(self) -> None:
-        # Runs in the main loop, between reconciles: a trial lane must never meet a resync that would
-        # see it as an orphan, nor an apply on the same hosts.
+        # Started by the main loop as a task of its own (`_background`): the loop goes on reacting while it polls.
         self.trigger.kick("upstream")
 
     async def _run_upstream(self) -> None:
-        trial = make_trial(self.config, self.runner, self.mirror, self.decider)
+        made = make_trial(self.config, self.runner, self.mirror, self.decider)
+
+        async def trial(lane: Lane, commit: str, branch: str) -> str:
+            # A trial lane must never meet a cycle that would see it as an orphan, nor an apply on its hosts:
+            # it runs between cycles; the poll around it does not hold them.
+            async with self.hosts:
+                return await made(lane, commit, branch)
+
         try:
             async with asyncio.timeout(UPSTREAM_TIMEOUT_S):  # not wait_for: it can drop a cancel on 3.11
                 await upstream_job(self.config, self.decider, self.mirror, self.metrics, trial)
         except (TimeoutError, LanesError) as exc:
             log.error("upstream.failed", error=str(exc) or "timed out")
+        except Exception as exc:
+            log.error("upstream.crashed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
 
     async def _experiments_job(self) -> None:
         self.trigger.kick("experiments")  # in the main loop, between reconciles, as the upstream job
@@ -167,20 +204,43 @@ class Daemon:
     async def _run_experiments(self) -> None:
         job = ExperimentJob(self.config, self.decider, self.runner, self.mirror, self.store)
         try:
-            async with asyncio.timeout(UPSTREAM_TIMEOUT_S):
+            # Its trial lanes run on hosts, so between cycles (as the upstream job's trials do).
+            async with asyncio.timeout(UPSTREAM_TIMEOUT_S), self.hosts:
                 await job.run()
         except (TimeoutError, LanesError) as exc:
             log.error("trial.job_failed", error=str(exc) or "timed out")
+        except Exception as exc:
+            log.error("trial.job_crashed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
 
     async def step(self, reasons: set[str]) -> None:
         if reasons - {"upstream", "experiments"}:
-            await self.cycle(reasons)
+            async with self.hosts:
+                await self.cycle(reasons)
         if "upstream" in reasons and self.config.upstream.enabled:
-            self.set_phase("polling upstream")
-            await self._run_upstream()
+            self._background("upstream", self._run_upstream)
         if "experiments" in reasons and self.config.experiments.enabled:
-            self.set_phase("trying trial branches")
-            await self._run_experiments()
+            self._background("experiments", self._run_experiments)
+
+    def _background(self, name: str, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run a long job (an upstream poll, trial branches) as a task of its own, under its own deadline
+        (UPSTREAM_TIMEOUT_S, inside `job`): the loop reacts to a new head, a webhook or an operator meanwhile.
+        One run of each at a time; a kick while it runs is dropped (the next interval polls again)."""
+        running = self.jobs.get(name)
+        if running is not None and not running.done():
+            log.info("job.still_running", job=name)
+            return
+        self.jobs[name] = asyncio.create_task(job(), name=f"lanes-{name}")
+
+    async def _stop_jobs(self) -> None:
+        tasks = [t for t in self.jobs.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _gateway_job(self) -> None:
+        self.gateway.kick()  # a restarted gateway forgot its workers: they are back within one interval
 
     async def _resync_job(self) -> None:
         self.trigger.kick("resync")
@@ -206,20 +266,27 @@ class Daemon:
         if head is None:
             self.set_phase("waiting for the branch to exist")
             return
-        if head == self.last_head and not reasons & FORCED:
+        scoped = {r for r in reasons if r.startswith(LANE_KICK)}
+        if head == self.last_head and not reasons & FORCED and not scoped:
             return
         if not self._store_ready():
             return
-        self.set_phase(f"reconciling {head[:12]}")
+        # Only lanes an operator named (`lanes reconcile --lane`), unless anything else asks for a full cycle
+        # (a new head, a resync, a retry...): a new head is always decided for every lane.
+        full = head != self.last_head or bool(reasons - scoped - {"fetch"})
+        only = None if full else frozenset(r.removeprefix(LANE_KICK) for r in scoped)
+        self.set_phase(f"reconciling {head[:12]}" + (f" for {', '.join(sorted(only))}" if only else ""))
         t0 = time.monotonic()
-        outcome = await self.decider.decide(head)
+        outcome = await self.decider.decide(head, only)
         self.last_cycle = {
             "commit": head,
             "outcome": outcome,
             "seconds": round(time.monotonic() - t0, 3),
             "reasons": sorted(reasons),
+            "lanes": sorted(only) if only else None,
             "finished": time.time(),
         }
+        self.gateway.kick()  # what the cycle observed or ended may change who serves
         if not self._store_ready():
             return  # records of this cycle are held: the head is reconciled again once they are written
         self.last_head = head
@@ -227,7 +294,22 @@ class Daemon:
         self._retry_specs()
         self._retry_windows()
         refused = self.decider.refused if outcome == "refused" else None
-        self.set_phase(f"idle at {head[:12]}: {outcome}" + (f" ({refused['reason']})" if refused else ""))
+        busy = sorted(self.operations.busy())
+        if busy:
+            self.set_phase(f"idle at {head[:12]}: {outcome}, applying {', '.join(busy)}")
+        else:
+            self.set_phase(f"idle at {head[:12]}: {outcome}" + (f" ({refused['reason']})" if refused else ""))
+
+    def _operation_ended(self, replan: bool) -> None:
+        """An operation ended: its records may be held (a full disk), its failures may have set a backoff or met
+        a lease; lanes may wait for it."""
+        self.gateway.kick()  # a lane passed its gate, failed or stopped: its route follows
+        if not self._store_ready():
+            return  # said, and looked at again in a few seconds; that retry plans again too
+        self._retry_blocked()
+        self._retry_specs()
+        if replan:
+            self.trigger.kick("operation")
 
     def _store_ready(self) -> bool:
         """Held records written and one more write taken; else say why, keep what runs, look again soon."""
@@ -247,12 +329,23 @@ class Daemon:
         return False
 
     def _retry_blocked(self) -> None:
-        """Lanes blocked by a lease or an unreachable host are looked at again with backoff, not at the resync."""
+        """Lanes blocked by a lease or an unreachable host are looked at again soon, not at the resync.
+
+        One curve: a lease block's hold says when (`LeasedBy.at`, doubling from the blocking error's own
+        `delay_s`); a lane whose host did not answer waits `HostUnreachableError.delay_s`.
+        """
+        self.crash_backoff.reset()
         if not self.decider.blocked:
-            self.backoff.reset()
             self.retries.cancel("blocked-retry")
             return
-        delay = self.backoff.next()
+        states = lane_states(self.store)
+        now = time.time()
+        due = []
+        for lane in self.decider.blocked:
+            hold = states[lane].hold if lane in states else None
+            at = hold.at if isinstance(hold, LeasedBy) else None
+            due.append(at - now if at is not None else HostUnreachableError.delay_s)
+        delay = max(0.5, min(due))
         log.info("cycle.blocked", lanes=sorted(self.decider.blocked), retry_in_s=round(delay, 1))
         self.retries.later("blocked-retry", delay)
 
@@ -294,6 +387,8 @@ class Daemon:
             jobs.append((self._upstream_job, "upstream", self.config.upstream.interval_s))
         if self.config.experiments.enabled:
             jobs.append((self._experiments_job, "experiments", self.config.experiments.interval_s))
+        if self.config.gateway.enabled:
+            jobs.append((self._gateway_job, "gateway", self.config.gateway.interval_s))
         for job, name, seconds in jobs:
             # One run of a job at a time; runs missed while it ran are coalesced into one.
             scheduler.add_job(
@@ -330,13 +425,16 @@ class Daemon:
                     # A cycle that breaks costs that cycle, never the daemon: what runs stays, it is tried again.
                     log.exception("cycle.crashed", error=str(exc) or type(exc).__name__)
                     self.set_phase(f"last cycle failed: {exc}")
-                    self.retries.later("blocked-retry", self.backoff.next())
+                    self.retries.later("blocked-retry", self.crash_backoff.next())
                 self.cycle_task = None
         finally:
             self.notifier.stopping()
             self.set_phase("stopping")
             self.retries.cancel_all()
             scheduler.shutdown(wait=False)
+            await self._stop_jobs()
+            await self.gateway.stop()
+            await self.operations.stop(OPERATIONS_STOP_S)
             if watcher is not None:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -381,6 +479,8 @@ class Daemon:
             self.runner.secrets = lane_secrets(new)
             remember_secrets(secret_values(new))  # secrets added or changed since the start are redacted too
             self.decider.config = new
+            self.gateway.settings = new.gateway  # the interval job is the start's; kicks follow the new file
+            self.gateway.overrides = self.runner.settings.overrides
             notifications.reload(new.notifications)
             log.info("config.reloaded", path=str(self.config_path))
         self.notifier.ready()
@@ -413,6 +513,11 @@ class Daemon:
             "store": store_status(self.store),
             "source": self.source.as_dict(),
             "blocked": dict(self.decider.blocked),
+            "operations": self.operations.snapshot(),
+            "jobs": sorted(
+                [name for name, task in self.jobs.items() if not task.done()] + (["gateway"] * self.gateway.running)
+            ),
+            "gateway": self.gateway.last if self.config.gateway.enabled else None,
             "refused": self.decider.refused,
             "lanes": rows,
             # The newest trial branch heads tried (the comparison itself is on the pull request and the branch).

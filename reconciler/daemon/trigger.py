@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+LANE_KICK = "lane:"
+"""A kick for one lane (`lane:<name>`, `lanes reconcile --lane`): a cycle that plans and acts for it alone."""
+
 
 class Trigger:
     def __init__(self) -> None:

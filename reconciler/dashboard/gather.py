@@ -8,7 +8,7 @@ sqlite connection (its thread).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pygit2
@@ -16,13 +16,19 @@ import structlog
 
 from reconciler.bench.evidence import loads
 from reconciler.errors import InputError
+from reconciler.facts.enginelog import engine_words
 from reconciler.logsetup import redact
-from reconciler.source.history import LaneChange, lane_history
+from reconciler.source.history import LaneChange, WalkStoppedError, lane_history
 from reconciler.store.journal import Store
 
 log = structlog.get_logger("lanes.dashboard")
 EVIDENCE_DIR = "evidence"  # where `bench.evidence.evidence_path` puts them
 HISTORY_LIMIT = 50
+MAX_COMMITS_WALKED = 5000
+"""How far back a lane page looks for the lane's changes: `lanes history` goes further."""
+MAX_EVIDENCE_FILES = 200
+MAX_EVIDENCE_BYTES = 1 << 20
+"""An evidence file is a few KB; anyone who can push can add one, so a bigger one is skipped unread."""
 
 
 def _clean(value: Any) -> Any:
@@ -47,11 +53,14 @@ def lane_evidence(repo: pygit2.Repository, head: str, lane: str) -> list[tuple[s
     if not isinstance(sub, pygit2.Tree):
         return []
     out = []
-    for entry in sorted(sub, key=lambda x: x.name or ""):
+    for entry in sorted(sub, key=lambda x: x.name or "")[-MAX_EVIDENCE_FILES:]:
         blob = repo[entry.id]
         if not isinstance(blob, pygit2.Blob) or not (entry.name or "").endswith(".json"):
             continue
         path = f"{EVIDENCE_DIR}/{lane}/{entry.name}"
+        if blob.size > MAX_EVIDENCE_BYTES:
+            log.warning("dashboard.evidence_too_large", path=path, bytes=blob.size, limit=MAX_EVIDENCE_BYTES)
+            continue
         try:
             out.append((path, _clean(loads(blob.data, path))))
         except InputError as exc:
@@ -60,10 +69,17 @@ def lane_evidence(repo: pygit2.Repository, head: str, lane: str) -> list[tuple[s
 
 
 def lane_git(
-    repo: pygit2.Repository, head: str, lane: str, state_dir: str
+    repo: pygit2.Repository, head: str, lane: str, state_dir: str, stop: Callable[[], bool] | None = None
 ) -> tuple[list[LaneChange], list[tuple[str, dict[str, Any]]]]:
-    """The lane's changes (newest first, as `lanes history` lists them) and its evidence at `head`."""
-    changes = lane_history(repo, lane, rev=head, state_dir=state_dir, limit=HISTORY_LIMIT)
+    """The lane's changes (newest first, as `lanes history` lists them) and its evidence at `head`.
+
+    `stop` ends the work early (WalkStoppedError) once the page's request is over.
+    """
+    if stop is not None and stop():
+        raise WalkStoppedError("stopped before the history walk")
+    changes = lane_history(
+        repo, lane, rev=head, state_dir=state_dir, limit=HISTORY_LIMIT, stop=stop, max_commits=MAX_COMMITS_WALKED
+    )
     return changes, lane_evidence(repo, head, lane)
 
 
@@ -86,5 +102,10 @@ def _decoded(row: Mapping[str, Any]) -> dict[str, Any]:
         out["timings"] = json.loads(out.get("timings") or "{}")
     except ValueError:
         out["timings"] = {}
-    out.pop("logs", None)  # container log tails: the journal keeps them for `lanes history`, not for a page
+    # Container log tails stay in the journal (`lanes logs` reads live ones); their error lines come along.
+    try:
+        logs = json.loads(out.pop("logs", None) or "{}")
+    except ValueError:
+        logs = {}
+    out["engine_error"] = engine_words(logs) if isinstance(logs, dict) else None
     return out

@@ -14,6 +14,7 @@ from reconciler.dashboard.page import e, page, section, short, table
 from reconciler.dashboard.snapshot import Snapshot
 from reconciler.dashboard.trend import render_trend
 from reconciler.source.history import LaneChange, show_value
+from reconciler.store.status import error_text
 
 CHARTS = 3
 """Evidence files drawn in full (newest first); the trend shows every one."""
@@ -50,7 +51,7 @@ def _status(snap: Snapshot, row: Mapping[str, Any] | None) -> str:
         f"runs {short(row.get('commit'))}, wants {short(row.get('desired_commit'))}",
         f"hosts {e(', '.join(row.get('hosts') or ()))}",
         "waits for: " + ("; ".join(waits) if waits else "nothing"),
-        f"last error: {e(row['last_error'])}" if row.get("last_error") else "last error: none",
+        f"last error: {e(error_text(row))}" if error_text(row) else "last error: none",
     ]
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
@@ -64,11 +65,22 @@ def _field_changes(change: LaneChange) -> str:
         if f.status != "modified":
             lines.append(f"{e(f.path)}: {e(f.status)}")
             continue
-        for c in f.fields:
-            old = "(unset)" if c.kind == "added" else show_value(c.old)
-            new = "(unset)" if c.kind == "removed" else show_value(c.new)
-            lines.append(f"<code>{e(c.field)}</code>: {e(old)} → {e(new)}")
+        for c in f.fields[:MAX_FIELDS_SHOWN]:
+            old = "(unset)" if c.kind == "added" else _clip(show_value(c.old))
+            new = "(unset)" if c.kind == "removed" else _clip(show_value(c.new))
+            lines.append(f"<code>{e(_clip(c.field))}</code>: {e(old)} → {e(new)}")
+        if len(f.fields) > MAX_FIELDS_SHOWN:
+            lines.append(f"{e(f.path)}: and {len(f.fields) - MAX_FIELDS_SHOWN} more changed fields (`lanes history`)")
     return "<br>".join(lines)
+
+
+MAX_FIELDS_SHOWN = 40
+MAX_VALUE_CHARS = 300
+"""A page lists 50 changes: a field's value is a line of it, never a whole pushed document."""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
 def _decisions(data: LaneData, commit: str) -> str:
@@ -84,6 +96,8 @@ def _decisions(data: LaneData, commit: str) -> str:
             text += f" ({e(a['cause'])})"
         if a.get("error"):
             text += f": {e(a['error'])}"
+        if a.get("engine_error") and str(a["engine_error"]) not in str(a.get("error") or ""):
+            text += f"; engine: {e(a['engine_error'])}"
         lines.append(text)
     decision = data.decisions.get(commit)
     if decision is not None:
@@ -103,7 +117,7 @@ def _decisions(data: LaneData, commit: str) -> str:
         if refused:
             text += f": {e(refused)}"
         lines.append(text)
-    return "<br>".join(lines) or '<span class="dim">no decision recorded</span>'
+    return '<div class="decision">' + ("<br>".join(lines) or '<span class="dim">no decision recorded</span>') + "</div>"
 
 
 def history_panel(data: LaneData) -> str:

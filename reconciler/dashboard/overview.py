@@ -8,7 +8,7 @@ from typing import Any
 from reconciler.dashboard.page import e, lane_href, page, section, short, table
 from reconciler.dashboard.snapshot import Snapshot
 from reconciler.facts.observed import ObservedHost
-from reconciler.store.status import drift_text, instant_text, staging_text
+from reconciler.store.status import drift_text, error_text, instant_text, staging_text
 
 GIB = float(1 << 30)
 
@@ -20,6 +20,8 @@ def render_overview(snap: Snapshot) -> str:
         section("memory", "Memory per rank", memory_panel(snap.check)),
         section("gap", "Upstream gap", gap_panel(snap)),
     ]
+    if snap.gateway is not None or (snap.desired is not None and snap.desired.fleet.gateway is not None):
+        parts.insert(1, section("gateway", "Gateway routes", gateway_panel(snap)))
     head = f"daemon {e(snap.owner)} · {e(snap.phase)} · head {short(snap.head)}"
     if snap.refused:
         refused = f"refused {short(snap.refused.get('commit'))}: {e(snap.refused.get('reason'))}"
@@ -33,7 +35,13 @@ def render_overview(snap: Snapshot) -> str:
 def waits_for(row: Mapping[str, Any], snap: Snapshot) -> list[str]:
     """What keeps a lane from converging now, each as markup: suspended, held, staging, blocked, backoff."""
     out = []
-    if row.get("suspended"):
+    held = row.get("suspension")
+    if held:
+        out.append(
+            f'<span class="suspended">suspended</span> by {e(held["by"])} at {e(held["at"])}: {e(held["reason"])} '
+            f"(<code>lanes resume {e(row['name'])}</code>)"
+        )
+    elif row.get("suspended"):
         out.append('<span class="suspended">suspended</span>: the daemon leaves what runs alone')
     staging = staging_text(row.get("staging"))
     if staging:
@@ -46,8 +54,16 @@ def waits_for(row: Mapping[str, Any], snap: Snapshot) -> list[str]:
     name = str(row["name"])
     if name in snap.blocked:
         out.append(f'<span class="blocked">blocked</span>: {e(snap.blocked[name])}')
-    if name in snap.retry_at:
-        out.append(f'<span class="warn">retry after {e(instant_text(snap.retry_at[name]))}</span> (backoff)')
+    # A backoff only matters while the lane is not healthy at its wanted commit: a lane that got there
+    # since (a newer commit, `lanes retry`) keeps an old schedule row that says nothing about it now.
+    settled = row.get("health") == "healthy" and row.get("commit") is not None
+    settled = settled and row.get("commit") == row.get("desired_commit")
+    if name in snap.retry_at and not settled:
+        at = snap.retry_at[name]
+        if at > snap.now:
+            out.append(f'<span class="warn">retry after {e(instant_text(at))}</span> (backoff)')
+        else:
+            out.append('<span class="warn">retry due</span> (backoff over; the next cycle tries it)')
     return out
 
 
@@ -70,7 +86,7 @@ def lanes_panel(snap: Snapshot) -> str:
                 short(row.get("commit")),
                 e(", ".join(row.get("hosts") or ())),
                 "<br>".join(waits) or '<span class="dim">nothing</span>',
-                e(row.get("last_error")) if row.get("last_error") else '<span class="dim">none</span>',
+                e(error_text(row)) if error_text(row) else '<span class="dim">none</span>',
                 (figures or '<span class="dim">none</span>') + drift_note,
             ]
         )
@@ -145,21 +161,34 @@ def hosts_panel(snap: Snapshot) -> str:
 
 
 def rank_bar(rank: Mapping[str, Any]) -> str:
-    """Weights, KV, drafter and overhead side by side, on a scale of the host's memory, the budget marked."""
-    parts = [("weights", int(rank["weights"])), ("kv", int(rank["kv_min"]))]
-    parts += [("drafter", int(rank["drafter"])), ("overhead", int(rank["overhead"]))]
-    scale = max(int(rank["capacity"]), int(rank["budget"]), sum(v for _, v in parts), 1)
+    """Weights, KV, drafter and overhead side by side, on a scale of the host's memory, the budget marked.
+
+    vLLM's budget covers the overhead too, so it is drawn inside. SGLang's static budget
+    (`--mem-fraction-static`) holds weights and the KV pool only, and activations and graphs live in the
+    remainder beyond it (`overhead_inside_budget` false). There the overhead is drawn after the budget line,
+    not as if it overflowed the budget.
+    """
+    budget = int(rank["budget"])
+    inside = [("weights", int(rank["weights"])), ("kv", int(rank["kv_min"])), ("drafter", int(rank["drafter"]))]
+    overhead = ("overhead", int(rank["overhead"]))
+    outside = rank.get("overhead_inside_budget") is False
+    parts = inside if outside else [*inside, overhead]
+    used = sum(v for _, v in parts)
+    if outside:
+        parts = [*parts, ("gap", max(0, budget - used)), overhead]
+    scale = max(int(rank["capacity"]), budget, sum(v for _, v in parts), 1)
     spans = "".join(
         f'<span class="{kind}" style="width:{100 * value / scale:.2f}%" title="{kind} {value / GIB:.1f} GiB"></span>'
         for kind, value in parts
         if value > 0
     )
-    budget = f'<i class="budget" style="left:{100 * int(rank["budget"]) / scale:.2f}%" title="budget"></i>'
+    mark = f'<i class="budget" style="left:{100 * budget / scale:.2f}%" title="budget"></i>'
+    where = " outside the static budget" if outside else ""
     label = (
         f"weights {_gib(rank['weights'])}, KV {_gib(rank['kv_min'])}, drafter {_gib(rank['drafter'])}, "
-        f"overhead {_gib(rank['overhead'])}; budget {_gib(rank['budget'])}"
+        f"overhead {_gib(rank['overhead'])}{where}; budget {_gib(rank['budget'])}"
     )
-    return f'<div class="bar" role="img" aria-label="{e(label)}">{spans}{budget}</div>'
+    return f'<div class="bar" role="img" aria-label="{e(label)}">{spans}{mark}</div>'
 
 
 def memory_panel(check: Mapping[str, Any] | None) -> str:
@@ -212,3 +241,29 @@ def gap_panel(snap: Snapshot) -> str:
         for g in snap.gaps
     ]
     return table(["lane", "engine", "built", "upstream", "latest", "gap"], rows, label="upstream gap")
+
+
+def gateway_panel(snap: Snapshot) -> str:
+    """Each served model name: the lanes the state lists for it, and the workers the gateway was last made to
+    hold (none: requests for it are refused, not sent to a lane that is not serving its wanted spec)."""
+    gateway = snap.desired.fleet.gateway if snap.desired is not None else None
+    if snap.gateway is None:
+        return '<p class="dim">the daemon does not keep the routes ([gateway] enabled = false)</p>'
+    last = snap.gateway
+    routes: Mapping[str, Any] = last.get("routes") or {}
+    models = list(gateway.models) if gateway is not None else sorted(routes)
+    rows = []
+    for model in models:
+        lanes = gateway.models[model] if gateway is not None else ()
+        workers = routes.get(model) or []
+        rows.append(
+            [
+                f"<code>{e(model)}</code>",
+                " ".join(f'<a href="{e(lane_href(lane))}">{e(lane)}</a>' for lane in lanes),
+                " ".join(f"<code>{e(url)}</code>" for url in workers) or '<span class="bad">no worker</span>',
+            ]
+        )
+    said = f"last pass {e(instant_text(last['at']))}" if last.get("at") else "no pass yet"
+    if last.get("error"):
+        said += f' · <span class="bad">{e(last["error"])}</span>'
+    return f'<p class="dim">{said}</p>' + table(["model", "lanes", "workers"], rows, label="gateway routes")

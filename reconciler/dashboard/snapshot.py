@@ -30,3 +30,7 @@ class Snapshot:
     """The last cycle's probe of every host."""
     gaps: list[GapRow] | None = None
     gap_error: str | None = None
+    gateway: Mapping[str, Any] | None = None
+    """The daemon's last gateway pass (`reconciler.daemon.gatewayjob.GatewayJob.last`); None: routes not kept."""
+    now: float = 0.0
+    """When the snapshot was taken (epoch seconds): a backoff that ended before it is due, not pending."""

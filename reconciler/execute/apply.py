@@ -15,28 +15,33 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import structlog
 
 from reconciler.execute.assess import assessment_client, engine_answers
-from reconciler.execute.hostops import HostOps
+from reconciler.execute.hostops import HostOps, LeaseHeldError
+from reconciler.execute.inflight import InFlight, take_back_cancel
 from reconciler.execute.leases import Leases
-from reconciler.execute.record import settle
 from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent, ProgressFn, Result
 from reconciler.execute.secrets import SecretStore
 from reconciler.execute.swap import SwapRun, resume_restores
 from reconciler.execute.transaction import LaneTransaction, Shared
-from reconciler.plan.health import LaneHealth, Outcome
+from reconciler.lane import Blocked, Denied, Event, Internal, LaneHealth, Observed, PlanFailed, Seen, Suspended, Wanted
+from reconciler.lane.state import LANE_FILE
 from reconciler.plan.steps import AcquireLeases, Cause, LanePlan, Plan
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import LaneRecord, Store
+from reconciler.store.lanewriter import record
 
 log = structlog.get_logger("lanes.execute")
 
 INACTIVE = frozenset({"noop", "denied", "blocked", "fail", "suspended"})
+PREEMPTIBLE = frozenset({"deploy", "verify"})
+"""Transactions a newer commit may end at a safe point (a stop is short, and ends as it began)."""
 
 
 class Executor:
@@ -47,17 +52,20 @@ class Executor:
         secrets: SecretStore,
         config: ExecutorConfig,
         progress: ProgressFn | None = None,
+        inflight: InFlight | None = None,
     ) -> None:
         self.ops = ops
         self.store = store
         self.secrets = secrets
         self.config = config
         self.progress = progress or (lambda _e: None)
-        self._host_locks: dict[str, asyncio.Lock] = {}
+        self.inflight = inflight
+        """The daemon's operations: host locks shared with the other operations, and preemption."""
+        self._host_locks: dict[str, asyncio.Lock] = inflight.host_locks if inflight is not None else {}
 
     async def apply(self, plan: Plan, desired: DesiredState, lease_file: str) -> list[LaneResult]:
         leases = Leases(self.ops, lease_file, self.config.owner, desired.fleet.lease_ttl_s, self.progress)
-        shared = Shared(self.ops, self.store, self.secrets, self.config, self.progress, leases)
+        shared = Shared(self.ops, self.store, self.secrets, self.config, self.progress, leases, self.inflight)
         by_name = {lp.lane: lp for lp in plan.lanes}
         # Read before the giving lanes stop: what each last passed its gate with, should its swap be undone.
         swaps = [
@@ -79,11 +87,31 @@ class Executor:
                     results[lp.lane] = await self._one_safely(lp, desired, shared, client)
                 tasks: dict[str, asyncio.Future[LaneResult]] = {}
 
+                swapping = {lane for run in swaps for lane in (*run.swap.giving, *run.swap.taking)}
+
                 async def after_then_apply(lp: LanePlan) -> LaneResult:
-                    waits = [tasks[d] for d in lp.after if d in tasks]
-                    if waits:  # `after:` in the lane file: once those lanes finished, whatever their result
-                        await asyncio.wait(waits)
-                    return await self._one_safely(lp, desired, shared, client)
+                    # A swap's lanes end together (their undo needs every result): only a lane of its own is
+                    # one a newer commit may end early.
+                    me = asyncio.current_task()
+                    preemptible = self.inflight is not None and lp.action in PREEMPTIBLE and lp.lane not in swapping
+                    if preemptible and self.inflight is not None and me is not None:
+                        self.inflight.tasks[lp.lane] = me
+                    try:
+                        waits = [tasks[d] for d in lp.after if d in tasks]
+                        if waits:  # `after:` in the lane file: once those lanes finished, whatever their result
+                            await asyncio.wait(waits)
+                        return await self._one_safely(lp, desired, shared, client)
+                    except asyncio.CancelledError:
+                        by = self.inflight.preempted_by(lp.lane) if self.inflight is not None else None
+                        if by is None:
+                            raise
+                        take_back_cancel()  # ended while it waited (for `after:` lanes, a host lock): nothing done
+                        why = f"preempted by commit {by[:12]} before it began"
+                        return LaneResult(lp.lane, lp.action, Result.PREEMPTED, why, cause=lp.cause)
+                    finally:
+                        if preemptible and self.inflight is not None:
+                            self.inflight.tasks.pop(lp.lane, None)
+                            self.inflight.preempting.pop(lp.lane, None)
 
                 for lp in rest:
                     tasks[lp.lane] = asyncio.ensure_future(after_then_apply(lp))
@@ -139,7 +167,7 @@ class Executor:
             error = f"lanes failed while applying this lane ({type(exc).__name__}: {exc}); other lanes went on"
             log.exception("lane.internal_error", lane=lp.lane, error=str(exc))
             try:
-                settle(self.store, lp.lane, Outcome.INTERNAL_ERROR, last_error=error)
+                record(self.store, lp.lane, Internal(why=error))
             except Exception as store_exc:  # the journal itself may be what failed
                 log.warning("lane.internal_error_unrecorded", lane=lp.lane, error=str(store_exc))
             return LaneResult(lp.lane, lp.action, Result.FAILED, error, cause=Cause.INTERNAL_ERROR)
@@ -167,27 +195,24 @@ class Executor:
         if lane is None and lp.action == "noop":
             return LaneResult(lp.lane, lp.action, Result.NOOP, cause=lp.cause)
         rec = self.store.lane(lp.lane)
-        fields: dict[str, object] = {
-            "desired": lane.desired if lane else "stopped",
-            "desired_commit": lp.commit,
-            "hosts": lp.hosts,
-        }
+        wanted = Wanted(lane.desired if lane else "stopped", lp.commit, lp.hosts)
         error: str | None = lp.reason
         health = lane.health if lane else Health()
+        event: Event
         if lp.action == "noop" and lane is not None and lane.running:
             head = lp.specs[0][0]
             error = await engine_answers(client, self.ops.targets[head].address, lane.port, health)
-            outcome = Outcome.OBSERVED_READY if error is None else Outcome.OBSERVED_NOT_ANSWERING
             if error is not None:
                 error = f"every rank runs, but the engine does not answer: {error}"
                 self.progress(ProgressEvent(lp.lane, "assess", "failed", error))
+            event = Observed(seen=Seen.READY if error is None else Seen.NOT_ANSWERING, why=error)
             result = Result.NOOP
         elif lp.action == "noop":
-            outcome, error, result = Outcome.NOTHING_RUNS, None, Result.NOOP
+            event, error, result = Observed(seen=Seen.NOTHING_RUNS), None, Result.NOOP
         elif lp.action == "denied":
-            outcome, result = Outcome.DENIED, Result.DENIED
+            event, result = Denied(why=error), Result.DENIED
         elif lp.action == "suspended":
-            outcome, result = Outcome.SUSPENDED, Result.SUSPENDED
+            event, result = Suspended(by=LANE_FILE, why=error), Result.SUSPENDED
         elif lp.cause not in UNASSESSED and (where := serving_gate(rec, self.ops.targets)) is not None:
             # Held (a failed spec, a backoff, a lease, a change window, a failed swap) or refused at planning,
             # while the spec that last passed its gate serves: its engine is asked, where it passed that gate.
@@ -195,23 +220,30 @@ class Executor:
             address = self.ops.targets[str(where["host"])].address
             answer = await engine_answers(client, address, int(where["port"]), health)
             if answer is not None:
-                outcome, error = Outcome.OBSERVED_NOT_ANSWERING, f"{held}; the engine does not answer: {answer}"
+                error = f"{held}; the engine does not answer: {answer}"
+                event = Observed(seen=Seen.NOT_ANSWERING, why=error)
                 self.progress(ProgressEvent(lp.lane, "assess", "failed", error))
-            elif lp.cause in HELD_AFTER_FAILURE:
-                outcome, error = Outcome.HELD_SERVING, held
             elif lp.action == "fail":
-                outcome, error = Outcome.FAILED_UNTOUCHED, held
+                event, error = PlanFailed(why=held), held
             else:
-                outcome, error = Outcome.OBSERVED_READY, held
+                # Seen ready: healthy, or degraded while the lane's failed spec is held (the machine knows which).
+                event, error = Observed(seen=Seen.READY, why=held), held
             result = Result.FAILED if lp.action == "fail" else Result.BLOCKED
         elif lp.action == "fail":
-            # Refused at planning (a model path missing), before anything was stopped: what served serves.
-            outcome, result = Outcome.FAILED_UNTOUCHED, Result.FAILED
+            # Failed at planning (a model path missing), before anything was stopped: what served serves.
+            event, result = PlanFailed(why=error), Result.FAILED
         else:
-            outcome = Outcome.UNREACHABLE if lp.cause == Cause.UNREACHABLE else Outcome.WAITING
-            result = Result.BLOCKED
             error = self._held_reason(lp, rec)
-        settle(self.store, lp.lane, outcome, last_error=error, held_until=lp.held_until, **fields)
+            unreachable = lp.cause == Cause.UNREACHABLE
+            # A lease the probe saw held is retried on the curve of the error a transaction would have met.
+            delay = LeaseHeldError.delay_s if lp.cause == Cause.LEASE_HELD else 0.0
+            blocked = Blocked(by=lp.reason, why=error, delay_s=delay)
+            event = Observed(seen=Seen.UNREACHABLE, why=error) if unreachable else blocked
+            result = Result.BLOCKED
+        events: list[Event] = [replace(event, wanted=wanted)]
+        if lp.held_until is not None:  # a change window holds the lane's change until it opens
+            events.append(Blocked(by="change window", until=lp.held_until, why=error))
+        record(self.store, lp.lane, *events)
         error = error if result != Result.NOOP else None
         return LaneResult(lp.lane, lp.action, result, error, cause=lp.cause, held_until=lp.held_until)
 

@@ -10,17 +10,20 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from reconciler.execute.apply import Executor, ExecutorConfig, LaneResult, ProgressFn
 from reconciler.execute.hostops import HostOps
-from reconciler.execute.record import serving_specs
+from reconciler.execute.localorigin import LocalOrigins
+from reconciler.execute.operations import DoneFn, Operations
+from reconciler.execute.preflight import judge, preflight, unjudged
 from reconciler.execute.results import SETTLED
 from reconciler.execute.secrets import SecretStore
-from reconciler.execute.swap import stopped_lanes, swap_failures
 from reconciler.facts.observed import ObservedFleet
-from reconciler.observe.probe import lease_file, observe
+from reconciler.observe.probe import ProbeMemory, lease_file, observe
 from reconciler.plan import Plan, PlanOptions, plan_fleet
+from reconciler.plan.operations import preemptions, split_plan
 from reconciler.plan.windows import overrides_windows
 from reconciler.policy import Verdict, evaluate
 from reconciler.policy.ancestry import FixAncestry
@@ -30,6 +33,8 @@ from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
 from reconciler.spec.policyfiles import KnownIssuesFile
 from reconciler.store.journal import Store
+from reconciler.store.lanestate import lane_states
+from reconciler.store.suspensions import suspensions
 from reconciler.store.swaprestore import pending_restores
 from reconciler.transport.base import HostTarget, Transport
 
@@ -73,6 +78,10 @@ class CycleSettings:
     known_hosts: Path | None = None
     """The reconciler's key and pinned host keys, for staging models (rsync over ssh); the transport has its own."""
     stage_parallel: int = 4
+    origins: LocalOrigins = field(default_factory=LocalOrigins)
+    """The daemon's (or `lanes apply`'s) allowlist of control-node origin folders (execute.localorigin)."""
+    preflight: bool = True
+    """Parse each lane's arguments with its image's own parser before applying it (execute/preflight.py)."""
 
 
 @dataclass
@@ -82,6 +91,16 @@ class CycleResult:
     observed: ObservedFleet
     plan: Plan
     results: list[LaneResult] = field(default_factory=list)
+    started: tuple[str, ...] = ()
+    """Lanes whose change this cycle started as operations of their own (the daemon's cycles only)."""
+    in_flight: tuple[str, ...] = ()
+    """Lanes left out because an earlier operation of theirs (or of a lane bound to them) still runs."""
+    preempted: tuple[str, ...] = ()
+    """Lanes in flight whose transaction this cycle ends, since the commit wants another spec of them."""
+    deferred: tuple[str, ...] = ()
+    """Lanes this cycle would change but left for later, since a lane they move with is in flight."""
+    judging: tuple[str, ...] = ()
+    """Lanes this cycle would change but whose arguments their image is still judging (the preflight)."""
 
     @property
     def ok(self) -> bool:
@@ -130,6 +149,8 @@ class CycleRunner:
         self.settings = settings
         self.ancestry = ancestry
         """Answers known issues' fix-commit questions from the git-head mirrors (`upstream.ancestry`)."""
+        self.probes = ProbeMemory()
+        """Each host's last facts and their digest: an unchanged host answers with the digest alone."""
 
     async def observe_and_plan(
         self,
@@ -138,6 +159,7 @@ class CycleRunner:
         *,
         wait_backoff: bool = True,
         now: bool = False,
+        run_preflight: bool = False,
     ) -> tuple[Verdict, ObservedFleet, Plan, dict[str, HostTarget]]:
         """`now`: a person's override (`lanes apply --now`): no change waits for a change window."""
         desired = loaded.desired
@@ -149,6 +171,7 @@ class CycleRunner:
             targets,
             timeout=self.settings.probe_timeout_s,
             concurrency=self.settings.concurrency,
+            memory=self.probes,
         )
         # Evaluated after the probe: free memory at boot comes from each idle host's MemAvailable when seen,
         # free disk under each model path from the same probe (the model-disk rule).
@@ -159,24 +182,28 @@ class CycleRunner:
             host_memory=from_observation(observed),
             model_disks=disks_from_observation(observed),
         )
-        records = self.store.lanes()
+        undoing = {t for info in pending_restores(self.store).values() for t in info.get("taking") or ()}
         options = PlanOptions(
             owner=self.settings.owner,
             drop_caches=self.settings.drop_caches,
-            failed=self.store.failed_fingerprints(),
-            ready=self.store.ready_fingerprints(),
+            lanes=lane_states(self.store),
             # A person running `lanes plan`/`apply` asks for now: the backoff paces the daemon's own retries.
-            retry_at=self.store.retry_schedule() if wait_backoff else {},
+            wait_backoff=wait_backoff,
+            undoing=frozenset(str(t) for t in undoing),
             clock=time.time(),
             only_lanes=only_lanes,
             windows=loaded.policies.windows,
             window_clock=window_clock(),
             window_override=now or overrides_windows(loaded.message),
-            stopped=stopped_lanes(records),
-            swapped=swap_failures(records, pending_restores(self.store)),
-            serving=serving_specs(records),
+            suspended={lane: held.why for lane, held in suspensions(self.store).items()},  # `lanes suspend`
         )
-        return verdict, observed, plan_fleet(desired, observed, verdict, options), targets
+        fleet_plan = plan_fleet(desired, observed, verdict, options)
+        # Each lane to deploy has its arguments parsed by its own image first; a refusal denies it (preflight.py).
+        ops = HostOps(self.transport, targets, pull_timeout=self.settings.pull_timeout_s) if run_preflight else None
+        judged = await preflight(ops, self.store, desired, verdict, fleet_plan)
+        if judged is not verdict:
+            verdict, fleet_plan = judged, plan_fleet(desired, observed, judged, options)
+        return verdict, observed, fleet_plan, targets
 
     async def run_cycle(
         self,
@@ -188,18 +215,69 @@ class CycleRunner:
         wait_backoff: bool = True,
         now: bool = False,
     ) -> CycleResult:
-        verdict, observed, fleet_plan, targets = await self.observe_and_plan(
-            loaded, only_lanes, wait_backoff=wait_backoff, now=now
+        verdict, observed, fleet_plan, _ = await self.observe_and_plan(
+            loaded, only_lanes, wait_backoff=wait_backoff, now=now, run_preflight=apply and self.settings.preflight
         )
         result = CycleResult(loaded.commit, verdict, observed, fleet_plan)
         if not apply:
             return result
+        executor = self._executor(loaded, progress)
+        result.results = await executor.apply(fleet_plan, loaded.desired, lease_file(loaded.desired))
+        return result
+
+    async def start_cycle(
+        self,
+        loaded: LoadedCommit,
+        operations: Operations,
+        done: DoneFn,
+        progress: ProgressFn | None = None,
+        judged: Callable[[], None] = lambda: None,
+        only_lanes: frozenset[str] | None = None,
+    ) -> CycleResult:
+        """The daemon's cycle: plan, observe what needs no transaction, start the rest as operations; never
+        wait for one. A lane in flight is left to its operation unless this commit wants another spec of it.
+        The preflight runs in the background too (`judged` is told when it ended): a lane whose image has
+        not judged its arguments waits for that, with kept verdicts applied here as in `lanes apply`.
+        `only_lanes`: plan and act for these lanes alone (`lanes reconcile --lane`)."""
+        verdict, observed, fleet_plan, targets = await self.observe_and_plan(loaded, only_lanes)
+        if self.settings.preflight:
+            waiting = unjudged(self.store, loaded.desired, verdict, fleet_plan, targets)
+            if waiting:
+                ops = HostOps(self.transport, targets, pull_timeout=self.settings.pull_timeout_s)
+                operations.judge({c.lane: c.key for c in waiting}, partial(judge, ops, self.store, waiting), judged)
+        result = CycleResult(loaded.commit, verdict, observed, fleet_plan)
+        wanted = preemptions(fleet_plan, operations.targets())
+        result.preempted = tuple(lane for lane in wanted if operations.preempt(lane, loaded.commit))
+        # A lane whose transaction cannot be ended now (it is rolling back) is planned again once it ends.
+        unended = tuple(lane for lane in wanted if lane not in result.preempted)
+        split = split_plan(fleet_plan, operations.busy(), restoring=pending_restores(self.store).keys())
+        result.in_flight = tuple(sorted({*operations.busy(), *split.deferred} & {lp.lane for lp in fleet_plan.lanes}))
+        result.deferred = tuple(sorted({*split.deferred, *unended}))
+        result.judging = tuple(sorted(operations.judging() & {lp.lane for lp in fleet_plan.lanes}))
+        lease = lease_file(loaded.desired)
+
+        async def run(plan: Plan) -> list[LaneResult]:
+            return await self._executor(loaded, progress, operations).apply(plan, loaded.desired, lease)
+
+        # Observed lanes first, at once (a health request each, bounded); changes start after, in the background.
+        result.results = await self._executor(loaded, progress, operations).apply(split.observe, loaded.desired, lease)
+        for plan in split.operations:
+            operations.start(loaded.commit, plan, run, done)
+        result.started = tuple(lp.lane for plan in split.operations for lp in plan.lanes)
+        return result
+
+    def _executor(
+        self, loaded: LoadedCommit, progress: ProgressFn | None, operations: Operations | None = None
+    ) -> Executor:
         # Origins (a NAS holding checkpoints) are reached only to stage models from: never probed.
-        reach = {**origin_targets(loaded.desired, self.settings.overrides), **targets}
+        reach = {
+            **origin_targets(loaded.desired, self.settings.overrides),
+            **targets_for(loaded.desired, self.settings.overrides),
+        }
         ops = HostOps(
             self.transport, reach, timeout=self.settings.command_timeout_s, pull_timeout=self.settings.pull_timeout_s
         )
-        executor = Executor(
+        return Executor(
             ops,
             self.store,
             self.secrets,
@@ -211,8 +289,8 @@ class CycleRunner:
                 ssh_key=self.settings.ssh_key,
                 known_hosts=self.settings.known_hosts,
                 stage_parallel=self.settings.stage_parallel,
+                origins=self.settings.origins,
             ),
             progress,
+            operations.inflight if operations is not None else None,
         )
-        result.results = await executor.apply(fleet_plan, loaded.desired, lease_file(loaded.desired))
-        return result

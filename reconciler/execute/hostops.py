@@ -50,6 +50,10 @@ A cut link does not refuse commands, it swallows them: each would wait out the f
 class LeaseHeldError(TransientError):
     """Another reconciler holds the host's lease: wait for it to finish (or for the lease to expire)."""
 
+    delay_s = 2.0
+    """The first wait of a lane it blocks (doubling while it stays blocked, `reconciler.lane.lease_delay`): the
+    holder gives the lease back as its transaction ends, so the lane is looked at again soon, not at expiry."""
+
     def __init__(self, host: str, holder: str, expires: float) -> None:
         self.host = host
         self.holder = holder
@@ -80,6 +84,10 @@ class HostOps:
     ) -> str:
         result = await self._call(host, argv, input=input, timeout=timeout or self.timeout, check=check)
         return result.stdout
+
+    async def call(self, host: str, argv: list[str], *, timeout: float) -> CommandResult:
+        """A command whose exit status and stderr the caller reads itself (a one-off parsing container)."""
+        return await self._call(host, argv, timeout=timeout, check=False)
 
     async def _call(
         self, host: str, argv: list[str], *, input: str | None = None, timeout: float, check: bool

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from reconciler.execute.localorigin import LocalOrigins
 from reconciler.plan.steps import Cause
 
 
@@ -37,6 +38,8 @@ class Result(StrEnum):
     NOOP = "noop"
     SUSPENDED = "suspended"
     """The lane file says hands off: nothing was done."""
+    PREEMPTED = "preempted"
+    """A newer commit wanted another spec of the lane while this one was applied: ended at a safe point."""
 
 
 SETTLED = frozenset({Result.APPLIED, Result.VERIFIED, Result.STOPPED, Result.NOOP, Result.SUSPENDED})
@@ -56,6 +59,8 @@ class LaneResult:
     """Why the lane was planned as it was (the plan's cause)."""
     held_until: float | None = None
     """A change held by a change window: when the window opens (epoch seconds)."""
+    untouched: bool = False
+    """It failed before any rank of the lane was stopped: what served before still serves."""
 
 
 @dataclass(frozen=True)
@@ -73,3 +78,5 @@ class ExecutorConfig:
     """The reconciler's own SSH key and pinned host keys: staging's rsync and ssh use them, nothing else."""
     stage_parallel: int = 4
     """rsync processes into one host at once when a model is staged."""
+    origins: LocalOrigins = field(default_factory=LocalOrigins)
+    """Where on the control node a model's `origin: {path}` may be (the operator's setting, never the repo's)."""

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from reconciler.errors import LanesError, StepFailedError
 from reconciler.execute.hostops import HostOps, gather_hosts
 from reconciler.execute.readiness import wait_ready
-from reconciler.execute.specjson import spec_from_json
 from reconciler.logsetup import redact
+from reconciler.plan.specjson import spec_from_json
 from reconciler.plan.steps import LanePlan
 from reconciler.spec.lane import Health
 from reconciler.store.journal import LaneRecord

@@ -123,8 +123,9 @@ def remote_dest(user: str, address: str, path: str) -> str:
 
 
 def rsync_argv(source: str, dest: str, *, files_from: str, rsh: str, io_timeout_s: int) -> list[str]:
+    # `--`: what follows is the source and the destination, never an option, whatever they start with.
     return ["rsync", *RSYNC_OPTIONS, f"--timeout={io_timeout_s}", f"--files-from={files_from}", "-e", rsh,
-            source.rstrip("/") + "/", dest]  # fmt: skip
+            "--", source.rstrip("/") + "/", dest]  # fmt: skip
 
 
 _PROGRESS = re.compile(r"^\s*(\d+)\s+\d+%")

@@ -109,7 +109,7 @@ def relay_command(sender: StageHost, source: str, receiver: StageHost, files: Se
     outer = ["ssh", "-A", "-i", str(key), "-o", "IdentitiesOnly=yes",
              *ssh_options(known_hosts=str(known_hosts), alias=sender.pinned_name, port=sender.port,
                           io_timeout_s=io_timeout_s),
-             "-l", sender.user, sender.address, "--",
+             "-l", sender.user, "--", sender.address,
              shlex.join(["python3", "-I", "-c", RELAY_SCRIPT, RELAY_MARKER])]  # fmt: skip
     return RelayCommand(outer, request)
 

@@ -15,12 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.execute.hostops import HostOps
+from reconciler.execute.localorigin import LocalOrigins, checked_origin
 from reconciler.execute.results import ExecutorConfig, ProgressEvent, ProgressFn
+from reconciler.execute.stagetypes import CONTROL_NODE
 from reconciler.execute.staging import StageHost, StageOrigin, StageProgress, StageReport, StagingError, stage
 from reconciler.plan.steps import StageModel
 from reconciler.store.journal import Store
+from reconciler.store.lanewriter import note_staging
 
 WRITE_EVERY_S = 1.0
+
+
+def allowed_local(origin: StageOrigin, origins: LocalOrigins, step: StageModel) -> StageOrigin:
+    """The control-node folder a commit names, checked against the operator's roots before anything reads it."""
+    real, root = checked_origin(origin.path, origins, model=step.model, host=step.hosts[0])
+    return StageOrigin.local(str(real), root=str(root))
 
 
 def stage_hosts(step: StageModel, ops: HostOps) -> tuple[dict[str, StageHost], StageOrigin]:
@@ -67,10 +76,10 @@ class StageRecorder:
         now = time.monotonic()
         if now - self._written >= WRITE_EVERY_S or p.bytes_done >= p.bytes_total:
             self._written = now
-            self.store.update_lane(self.lane, staging={"model": self.model, "hosts": self.hosts})
+            note_staging(self.store, self.lane, {"model": self.model, "hosts": self.hosts})
 
     def done(self, report: StageReport | None) -> None:
-        self.store.update_lane(self.lane, staging=None)
+        note_staging(self.store, self.lane, None)
         if report is None:
             return
         copied = {h: files for h, files in report.copied.items() if files}
@@ -94,6 +103,8 @@ async def run_stage(
             transient=False,
         )
     receivers, origin = stage_hosts(step, ops)
+    if origin.name == CONTROL_NODE:
+        origin = allowed_local(origin, config.origins, step)
     recorder = StageRecorder(store, lane, step.model, progress)
     report: StageReport | None = None
     try:

@@ -46,10 +46,13 @@ class StageOrigin:
     host: StageHost | None = None
     spark: bool = False
     """`host` is a fleet Spark holding the model at `path` (its own folder): a holder, checked like a receiver."""
+    root: str | None = None
+    """A control-node origin's allowed root: a file of it may be a symlink only to a file under this root
+    (a Hugging Face cache's snapshot links into its blobs/); None: only to a file under `path` itself."""
 
     @classmethod
-    def local(cls, path: str) -> StageOrigin:
-        return cls(CONTROL_NODE, path)
+    def local(cls, path: str, root: str | None = None) -> StageOrigin:
+        return cls(CONTROL_NODE, path, root=root)
 
     @classmethod
     def remote(cls, host: StageHost, path: str) -> StageOrigin:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from reconciler.errors import LanesError, TransientError
+from reconciler.execute.localorigin import verify_local_files
 from reconciler.execute.rsync import RsyncOutput, exit_meaning, is_transient
 from reconciler.execute.sshagent import agent_env, private_agent
 from reconciler.execute.stagecmd import (
@@ -89,6 +90,7 @@ class _Stager:
                  check_workers: int, pairs: Sequence[tuple[str, str]] | None) -> None:  # fmt: skip
         self.targets = dict(targets)
         self.model = model
+        self.manifest = manifest
         self.files = {f.path: f for f in manifest.files}
         self.sizes = {p: f.size for p, f in self.files.items()}
         self.origin = origin
@@ -111,6 +113,7 @@ class _Stager:
         self.agent: str | None = None
         self.phases = {"check": 0.0, "agent": 0.0, "copy": 0.0, "verify": 0.0}
         self._keys: dict[str, str] = {}
+        self._local_checked: asyncio.Task[None] | None = None
 
     # ---- checks ----------------------------------------------------------------------------------
 
@@ -298,6 +301,8 @@ class _Stager:
             out.feed(chunk)
             state.tick()
 
+        if t.sender == CONTROL_NODE:
+            await self._local_files_checked()
         try:
             if t.sender == CONTROL_NODE:
                 with tempfile.TemporaryDirectory(prefix="lanes-stage-") as folder:
@@ -333,6 +338,20 @@ class _Stager:
                 transient=is_transient(code, done.stderr),
             )
 
+    async def _local_files_checked(self) -> None:
+        """The control node's files against the manifest, once, before the first byte leaves for a Spark.
+
+        Hashing on the receivers happens only after the bytes landed; a folder on the control node could
+        hold anything by then (execute.localorigin). In a thread: hashing a checkpoint takes minutes.
+        """
+        if self._local_checked is None:
+            folder, receiver = Path(self.origin.path), next(iter(self.targets))
+            root = Path(self.origin.root) if self.origin.root is not None else None
+            self._local_checked = asyncio.ensure_future(
+                asyncio.to_thread(verify_local_files, folder, self.manifest, model=self.model, host=receiver, root=root)
+            )
+        await asyncio.shield(self._local_checked)
+
     def _at(self, out: RsyncOutput) -> str:
         if out.current is None:
             return ""
@@ -366,7 +385,9 @@ def _raise_first(errors: Sequence[BaseException]) -> None:
     if len(errors) == 1:
         raise first
     assert isinstance(first, StagingError | LanesError)
-    rest = "; ".join(str(e) for e in errors[1:])
+    rest = "; ".join(dict.fromkeys(str(e) for e in errors[1:] if str(e) != str(first)))
+    if not rest:  # the same failure met by every transfer (the origin's files checked once): said once
+        raise first
     host = first.host if isinstance(first, StagingError) else "?"
     file = first.file if isinstance(first, StagingError) else None
     transient = all((isinstance(e, StagingError) and e.transient) or isinstance(e, TransientError) for e in errors)

@@ -16,22 +16,21 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from reconciler.errors import LanesError, StepFailedError
 from reconciler.execute.hostops import gather_hosts
 from reconciler.execute.leases import LeaseBlockedError
-from reconciler.execute.record import failure_fields, settle
 from reconciler.execute.results import LaneResult, ProgressEvent, Result
 from reconciler.execute.rollback import Restore, restart_healthy
-from reconciler.execute.specjson import spec_from_json
 from reconciler.execute.transaction import LaneTransaction, Shared
-from reconciler.plan.health import Outcome
+from reconciler.lane import Blocked, Event, GatePassed, LaneState, Restored, StepFailed, SwapUndone, Wanted
+from reconciler.lane import Stopped as LaneStopped
+from reconciler.plan.specjson import spec_from_json
 from reconciler.plan.steps import Cause, LanePlan, Swap
-from reconciler.plan.swaps import Stopped
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import LaneRecord
+from reconciler.store.lanewriter import current, record
 from reconciler.store.swaprestore import clear_restore, mark_restore, pending_restores
 
 TAKEN = frozenset({Result.APPLIED, Result.VERIFIED})
@@ -39,26 +38,6 @@ TAKEN = frozenset({Result.APPLIED, Result.VERIFIED})
 SWAP_ROLLED_BACK = "swap rolled back"
 """How the giving and taking lanes' errors, and so `lanes status` and the commit's note, name the undo (for
 people: the code reads the record's `swap_undone`, never this sentence)."""
-
-
-def swap_failures(records: list[LaneRecord], pending: Mapping[str, Mapping[str, Any]] | None = None) -> frozenset[str]:
-    """Lanes whose record says their failure undid a swap (`swap_undone`, set by `_settle_taking`), and the
-    taking lanes of an undo still pending (a daemon killed while it ran)."""
-    named = {r.name for r in records if r.swap_undone}
-    return frozenset(named | {t for info in (pending or {}).values() for t in info.get("taking") or ()})
-
-
-def stopped_lanes(records: list[LaneRecord]) -> dict[str, Stopped]:
-    """Lanes the journal says were stopped, at which commit, and where their last healthy spec ran."""
-    out: dict[str, Stopped] = {}
-    for rec in records:
-        if rec.desired != "stopped" or rec.health != "stopped" or not rec.applied_commit or not rec.healthy_specs:
-            continue
-        ranks = [spec_from_json(d) for d in rec.healthy_specs]
-        hosts = tuple(dict.fromkeys(h for h, _ in ranks))
-        env = tuple((h, spec.env_file) for h, spec in ranks if spec.env_file)
-        out[rec.name] = Stopped(rec.applied_commit, hosts, env)
-    return out
 
 
 @dataclass
@@ -92,24 +71,35 @@ class SwapRun:
         kept = ", ".join(self.swap.giving)
         for t in self.swap.taking:
             lp = self.plans[t]
+            wanted = Wanted("running", lp.commit, lp.hosts)
+            event: Event
             if t == failed:
-                fields, message = failure_fields(store, lp, exc, f"{exc}; the swap did not begin: {kept} kept serving")
-                outcome, result = Outcome.FAILED_UNTOUCHED, Result.FAILED
-                fields["swap_undone"] = None
+                why = f"{exc}; the swap did not begin: {kept} kept serving"
+                event = StepFailed(
+                    touched=False, transient=exc.transient, delay_s=exc.delay_s, fingerprint=lp.fingerprint, why=why,
+                    wanted=wanted,
+                )  # fmt: skip
+                result = Result.FAILED
             else:
-                message = f"the swap did not begin ({failed}: {exc}); {kept} kept serving"
-                fields, outcome, result = {}, Outcome.WAITING, Result.BLOCKED
-            # The apply row first, then the record (as a transaction ends: see LaneTransaction._journal).
-            store.record_apply(
-                store.new_run(), t, lp.commit, lp.fingerprint, result.value, message, time.time(), {},
-                cause=lp.cause.value,
-            )  # fmt: skip
-            settle(store, t, outcome, last_error=message, desired_commit=lp.commit, **fields)
+                why = f"the swap did not begin ({failed}: {exc}); {kept} kept serving"
+                event, result = Blocked(by=failed, why=why, wanted=wanted), Result.BLOCKED
+
+            def journal(state: LaneState, t: str = t, lp: LanePlan = lp, result: Result = result) -> None:
+                # The apply row first, then the record (as a transaction ends: see LaneTransaction._end).
+                message = state.error.message if state.error else None
+                store.record_apply(
+                    store.new_run(), t, lp.commit, lp.fingerprint, result.value, message, time.time(), {},
+                    cause=lp.cause.value,
+                )  # fmt: skip
+
+            state, _effects = record(store, t, event, journal=journal)
+            message = state.error.message if state.error else why
             out[t] = LaneResult(t, lp.action, result, message, cause=lp.cause)
         for g in self.swap.giving:
             lp = self.plans[g]
             message = f"kept serving: the swap to {', '.join(self.swap.taking)} did not begin ({failed}: {exc})"
-            settle(store, g, Outcome.WAITING, last_error=message, desired_commit=lp.commit)
+            wanted = replace(current(store, g).wanted, commit=lp.commit)
+            record(store, g, Blocked(by=", ".join(self.swap.taking), why=message, wanted=wanted))
             self.shared.progress(ProgressEvent(g, "swap", "info", message))
             out[g] = LaneResult(g, lp.action, Result.BLOCKED, message, cause=Cause.SWAP_HELD)
         return out
@@ -205,16 +195,20 @@ class SwapRun:
         if restore.ok:
             to = (restore.healthy_commit or "")[:12] or "previous"
             message = f"{SWAP_ROLLED_BACK}: {cause} ({why}); {lane} serves its previous spec ({to}) again, seen ready"
-            # The gate passed just now: what serves is observed, and it is the spec the lane last ran.
-            outcome, final = Outcome.OBSERVED_READY, Result.ROLLED_BACK
+            final = Result.ROLLED_BACK
         else:
             message = f"{SWAP_ROLLED_BACK}: {cause} ({why}); bringing {lane} back failed: {restore.error}"
-            outcome, final = Outcome.ROLLBACK_FAILED, Result.FAILED
+            final = Result.FAILED
         fingerprint = rec.fingerprint if rec else None
         store.record_apply(
             run, lane, lp.commit, fingerprint, final.value, message, started, {}, restore.logs, cause=lp.cause.value
         )
-        settle(store, lane, outcome, last_error=message, fingerprint=restore.fingerprint if restore.ok else None)
+        healthy = current(store, lane).healthy
+        if restore.ok and healthy is not None:
+            # The gate passed just now: what serves is observed, and it is the spec the lane last ran.
+            record(store, lane, GatePassed(serving=healthy, why=message))
+        else:
+            record(store, lane, Restored(ok=False, why=message))
         self.shared.progress(ProgressEvent(lane, "swap-rollback", "done" if restore.ok else "failed", message))
         clear_restore(store, lane)
         return replace(result, result=final, error=message)
@@ -223,10 +217,10 @@ class SwapRun:
         store = self.shared.store
         if result.result in TAKEN:
             message = f"passed its gate, then stopped again: {tail}"
-            settle(store, lane, Outcome.STOPPED, last_error=message, fingerprint=None)
+            record(store, lane, LaneStopped(why=message))
             return replace(result, result=Result.ROLLED_BACK, error=message)
         message = f"{result.error or result.result.value}; {tail}"
-        store.update_lane(lane, last_error=message, swap_undone=tail)
+        record(store, lane, SwapUndone(undone=tail, why=message))
         return replace(result, error=message)
 
 
@@ -272,5 +266,6 @@ async def resume_restores(
         for t in taking:
             rec_t = store.lane(t)
             if rec_t is not None and not rec_t.swap_undone:
-                store.update_lane(t, last_error=f"{rec_t.last_error or 'failed its gate'}; {tail}", swap_undone=tail)
+                said = f"{rec_t.last_error or 'failed its gate'}; {tail}"
+                record(store, t, SwapUndone(undone=tail, why=said))
     return out

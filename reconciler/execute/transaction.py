@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -26,15 +26,32 @@ from reconciler.engines import ContainerSpec
 from reconciler.errors import ImageNeedsNewerDriverError, PullFailedError, RemoteCommandError, StepFailedError
 from reconciler.execute.gate import gate
 from reconciler.execute.hostops import HostOps, gather_hosts
+from reconciler.execute.inflight import InFlight, take_back_cancel
 from reconciler.execute.leases import LeaseBlockedError, Leases
-from reconciler.execute.record import CLEAR_RETRY, failure_fields, settle, settle_restored
 from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent, ProgressFn, Result
 from reconciler.execute.rollback import put_back
 from reconciler.execute.secrets import SecretStore, env_file_text
-from reconciler.execute.specjson import spec_to_json
 from reconciler.execute.stagestep import run_stage
 from reconciler.facts.cudareq import REQUIRE_VAR, driver_gives, required_cuda
-from reconciler.plan.health import Outcome
+from reconciler.lane import (
+    Blocked,
+    Event,
+    Gate,
+    GatePassed,
+    Interrupted,
+    LaneState,
+    Phase,
+    Preempted,
+    Progressed,
+    Restored,
+    Serving,
+    Started,
+    StepFailed,
+    Stopped,
+    TxKind,
+    Wanted,
+)
+from reconciler.plan.specjson import spec_to_json
 from reconciler.plan.steps import (
     AcquireLeases,
     Cause,
@@ -52,6 +69,7 @@ from reconciler.plan.steps import (
 )
 from reconciler.spec.lane import Health
 from reconciler.store.journal import Store
+from reconciler.store.lanewriter import record
 
 
 @dataclass
@@ -64,6 +82,8 @@ class Shared:
     config: ExecutorConfig
     progress: ProgressFn
     leases: Leases
+    inflight: InFlight | None = None
+    """The daemon's operations (None for `lanes apply`, which nothing preempts)."""
 
 
 class _NotDoneError(Exception):
@@ -90,30 +110,19 @@ class LaneTransaction:
 
     async def stop(self) -> LaneResult:
         lp = self.lp
+        wanted = Wanted("stopped", lp.commit, lp.hosts)
+        self._record(Started(kind=TxKind.STOP, fingerprint=None, commit=lp.commit, wanted=wanted))
         try:
             for seq, step in enumerate(lp.steps):
                 await self._step(seq, step)
         except LeaseBlockedError as exc:
             return await self._blocked(exc)
         except StepFailedError as exc:
-            self._end(
-                Result.FAILED, Outcome.STOP_FAILED, str(exc),
-                before=self.before, last_error=str(exc), desired_commit=lp.commit,
-            )  # fmt: skip
+            self._end(Result.FAILED, StepFailed(touched=True, transient=False, why=str(exc)))
             return self._result(Result.FAILED, str(exc))
         finally:
             await self.s.leases.give_back(self.held)
-        self._end(
-            Result.STOPPED,
-            Outcome.STOPPED,
-            None,
-            desired="stopped",
-            desired_commit=lp.commit,
-            applied_commit=lp.commit,
-            last_error=None,
-            fingerprint=None,
-            **CLEAR_RETRY,
-        )
+        self._end(Result.STOPPED, Stopped())
         return self._result(Result.STOPPED)
 
     async def deploy(self) -> LaneResult:
@@ -122,7 +131,17 @@ class LaneTransaction:
         if lp.action == "verify":
             self.started_ranks = list(lp.specs)
             self.touched = True  # the ranks under test serve nothing yet: a failure must stop them
-        settle(self.s.store, lp.lane, Outcome.STARTED, desired="running", desired_commit=lp.commit, hosts=lp.hosts)
+        if lp.action == "verify":
+            kind, phase = TxKind.VERIFY, Phase.GATING
+        else:
+            kind, phase = (TxKind.RESTORE if lp.cause == Cause.RESTORED_DRIFT else TxKind.DEPLOY), Phase.PREPARING
+        wanted = Wanted("running", lp.commit, lp.hosts)
+        deadline = self._gate_deadline() if phase == Phase.GATING else None
+        self._record(
+            Started(
+                kind=kind, fingerprint=lp.fingerprint, commit=lp.commit, phase=phase, deadline=deadline, wanted=wanted
+            )
+        )
         if self.drift:
             self.s.progress(ProgressEvent(lp.lane, "drift", "info", "; ".join(d.describe() for d in self.drift)))
         try:
@@ -133,6 +152,9 @@ class LaneTransaction:
         except StepFailedError as exc:
             return await self._failed(exc)
         except asyncio.CancelledError:
+            by = self._preempted_by()
+            if by is not None:
+                return await self._preempted(by)
             await self._interrupted()
             raise
         await self.s.leases.give_back(self.held)
@@ -184,6 +206,7 @@ class LaneTransaction:
             run = partial(self._env_files, step)
         elif isinstance(step, StopContainers):
             self.touched = True
+            self._record(Progressed(phase=Phase.STOPPING))
             run = partial(self._stop, step)
         elif isinstance(step, DropCaches):
             run = partial(self._drop, step)
@@ -191,11 +214,14 @@ class LaneTransaction:
             run = partial(self._gpu_free, step)
         elif isinstance(step, StartRanks):
             self.touched = True
+            self._record(Progressed(phase=Phase.STARTING))
             run = partial(self._start, step)
         elif isinstance(step, RemoveEnvFiles):
             run = partial(self._remove_env_files, step)
         else:
             assert isinstance(step, WaitReady)
+            if self.lp.action != "verify":  # a verify starts at its gate
+                self._record(Progressed(phase=Phase.GATING, deadline=self._gate_deadline()))
             ranks = self.started_ranks
             run = partial(gate, ops, step, self.health, ranks, self.timings, self.t0, self.s.config.watch_interval_s)
         await run()
@@ -279,72 +305,63 @@ class LaneTransaction:
     def _succeeded(self) -> LaneResult:
         lp = self.lp
         self.timings["total"] = round(time.monotonic() - self.t0, 3)
-        if lp.cause == Cause.RESTORED_DRIFT:
-            self._journal(Result.ROLLED_BACK, lp.reason)
-            settle_restored(self.s.store, lp, self.timings)  # the failed spec stays held, its fingerprints kept
-            return self._result(Result.ROLLED_BACK, lp.reason)
         head = next((step for step in reversed(lp.steps) if isinstance(step, WaitReady)), None)
-        gate_at = (
-            {"host": head.host, "port": head.port, "served_model": head.served_model} if head is not None else None
-        )
-        fields: dict[str, Any] = {
-            "applied_commit": lp.commit,
-            "fingerprint": lp.fingerprint,
-            "last_error": None,
-            "failed_fingerprint": None,
-            "healthy_specs": [spec_to_json(h, s) for h, s in lp.specs],
-            "healthy_commit": lp.commit,
-            "healthy_gate": gate_at,
-            "timings": self.timings,
-            **CLEAR_RETRY,
-        }
-        if self.drift:
-            fields["drift"] = {"time": time.time(), "commit": lp.commit, "items": [d.to_json() for d in self.drift]}
+        gate_at = Gate(head.host, head.port, head.served_model) if head is not None else None
+        specs = tuple(spec_to_json(h, s) for h, s in lp.specs)
+        drift = {"time": time.time(), "commit": lp.commit, "items": [d.to_json() for d in self.drift]}
+        if lp.cause == Cause.RESTORED_DRIFT:
+            # The last healthy spec put back and seen ready again: degraded, as before its drift, with what drifted
+            # named; the failed spec's condemnation or backoff is left as it was (the machine keeps it).
+            commit = self.before.healthy_commit if self.before else None
+            passed = GatePassed(serving=Serving(lp.fingerprint or "", specs, gate_at, commit), why=lp.reason)
+            self._end(Result.ROLLED_BACK, passed, timings=self.timings, drift=drift)
+            return self._result(Result.ROLLED_BACK, lp.reason)
         verified = lp.action == "verify"
         result = Result.VERIFIED if verified else Result.APPLIED
-        self._end(result, Outcome.OBSERVED_READY if verified else Outcome.APPLIED, None, **fields)
+        passed = GatePassed(serving=Serving(lp.fingerprint or "", specs, gate_at, lp.commit))
+        self._end(result, passed, timings=self.timings, drift=drift if self.drift else None)
         return self._result(result)
 
     async def _blocked(self, exc: LeaseBlockedError) -> LaneResult:
         """Someone else holds a host: give back what was taken, keep the lane's health, say who holds it."""
         await self.s.leases.give_back(self.held)
-        settle(
-            self.s.store, self.lp.lane, Outcome.WAITING, before=self.before,
-            last_error=str(exc), desired_commit=self.lp.commit,
-        )  # fmt: skip
+        self._record(Blocked(by=exc.holder, why=str(exc), delay_s=exc.delay_s))
         self.s.progress(ProgressEvent(self.lp.lane, "lease", "info", f"blocked: {exc}"))
         return self._result(Result.BLOCKED, str(exc), Cause.LEASE_HELD)
 
     async def _failed(self, exc: StepFailedError) -> LaneResult:
         lp, store = self.lp, self.s.store
         if cancel_requested():
-            # A library turned the shutdown's cancel into an error (see reconciler.cancel): still a shutdown.
+            # A library turned the cancel into an error (see reconciler.cancel): still a preemption or a shutdown.
+            by = self._preempted_by()
+            if by is not None:
+                return await self._preempted(by)
             await self._interrupted()
             raise asyncio.CancelledError from exc
+        if self.s.inflight is not None:
+            # From here the lane is put back (its new ranks stopped, the healthy spec restarted and gated): a
+            # newer commit waits for that to end rather than cut a restore in half.
+            self.s.inflight.tasks.pop(lp.lane, None)
         if lp.cause == Cause.RESTORED_DRIFT:
             return await self._repair_failed(exc)
         why = self._repairing(str(exc))
+        failed = StepFailed(touched=exc.touched, transient=exc.transient, delay_s=exc.delay_s, why=why)
         if not exc.touched:
             # Nothing stopped yet: old ranks that served still serve, but not the desired spec.
-            fields, message = failure_fields(store, lp, exc, why)
-            self._end(
-                Result.FAILED, Outcome.FAILED_UNTOUCHED, message, before=self.before, last_error=message, **fields
-            )
+            message = self._end(Result.FAILED, failed) or why
             await self.s.leases.give_back(self.held)
-            return self._result(Result.FAILED, message)
+            return replace(self._result(Result.FAILED, message), untouched=True)  # notifications say nothing stopped
         self.s.progress(ProgressEvent(lp.lane, "rollback", "started", str(exc)))
         step_id = store.step_started(self.run, lp.lane, lp.commit, 1000, "rollback", {"error": str(exc)})
         restore = await put_back(self.s.ops, lp, self.before, self.health, self.s.config.log_tail)
         store.step_finished(step_id, error=None if restore.ok else (restore.error or "no previous spec"))
         if restore.ok:
             to = restore.healthy_commit[:12] if restore.healthy_commit else "previous"
-            message, outcome, result = f"{why}; rolled back to {to}", Outcome.ROLLED_BACK, Result.ROLLED_BACK
+            restored, result = Restored(ok=True, why=f"rolled back to {to}"), Result.ROLLED_BACK
         else:
-            tail = f"; restoring the previous spec failed: {restore.error}" if restore.attempted else ""
-            message, outcome, result = f"{why}{tail}", Outcome.ROLLBACK_FAILED, Result.FAILED
-        fields, message = failure_fields(store, lp, exc, message)
-        fields["fingerprint"] = restore.fingerprint
-        self._end(result, outcome, message, restore.logs, before=self.before, last_error=message, **fields)
+            tail = f"restoring the previous spec failed: {restore.error}" if restore.attempted else None
+            restored, result = Restored(ok=False, why=tail), Result.FAILED
+        message = self._end(result, failed, restored, logs=restore.logs) or why
         self.s.progress(ProgressEvent(lp.lane, "rollback", "done" if restore.ok else "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(result, message, logs=restore.logs)
@@ -355,12 +372,11 @@ class LaneTransaction:
         lp, logs = self.lp, {}
         if exc.touched:
             logs = (await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)).logs
-            why, outcome = f"{exc}; nothing of the lane serves now", Outcome.ROLLBACK_FAILED
+            why = f"{exc}; nothing of the lane serves now"
         else:
-            why, outcome = f"{exc} (before any rank stopped)", Outcome.FAILED_UNTOUCHED
+            why = f"{exc} (before any rank stopped)"
         message = self._repairing(f"putting the last healthy spec back failed: {why}")
-        fields = {"fingerprint": None} if exc.touched else {}
-        self._end(Result.FAILED, outcome, message, logs, before=self.before, last_error=message, **fields)
+        self._end(Result.FAILED, StepFailed(touched=exc.touched, transient=False, why=message), logs=logs)
         self.s.progress(ProgressEvent(lp.lane, "repair", "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(Result.FAILED, message, logs=logs)
@@ -377,14 +393,39 @@ class LaneTransaction:
                 message = "interrupted by shutdown; previous spec restarted without waiting for it to load"
             else:
                 message = "interrupted by shutdown; " + (restore.error or "no previous spec")
+            restarted = restore.fingerprint if restore.ok else None
             self._end(
-                Result.ROLLED_BACK if restore.ok else Result.FAILED, Outcome.INTERRUPTED, message, restore.logs,
-                last_error=message, fingerprint=restore.fingerprint if restore.ok else None,
-            )  # fmt: skip
+                Result.ROLLED_BACK if restore.ok else Result.FAILED,
+                Interrupted(touched=True, restarted=restarted, why=message),
+                logs=restore.logs,
+            )
         else:
             message = "interrupted by shutdown before any rank was stopped"
-            settle(store, lp.lane, Outcome.INTERRUPTED_UNTOUCHED, before=self.before, last_error=message)
+            self._record(Interrupted(touched=False, why=message))
         await self.s.leases.give_back(self.held)
+
+    def _preempted_by(self) -> str | None:
+        return self.s.inflight.preempted_by(self.lp.lane) if self.s.inflight is not None else None
+
+    async def _preempted(self, by: str) -> LaneResult:
+        """A newer commit wants another spec: stop what this transaction started (finishing a half-done stop
+        or start), restore nothing (the newest spec is applied next, and a restore would cost an engine load),
+        and say so. Before any rank stopped, what served serves on."""
+        take_back_cancel()
+        lp, store = self.lp, self.s.store
+        logs: dict[str, str] = {}
+        if self.touched:
+            step_id = store.step_started(self.run, lp.lane, lp.commit, 1000, "preempt", {"by": by})
+            logs = (await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)).logs
+            store.step_finished(step_id)
+            message = f"preempted by commit {by[:12]}: the ranks it started were stopped; the newest spec follows"
+            self._end(Result.PREEMPTED, Preempted(touched=True, why=message), logs=logs)
+        else:
+            message = f"preempted by commit {by[:12]} before any rank was stopped: what served still serves"
+            self._end(Result.PREEMPTED, Preempted(touched=False, why=message))
+        self.s.progress(ProgressEvent(lp.lane, "preempt", "done", message))
+        await self.s.leases.give_back(self.held)
+        return self._result(Result.PREEMPTED, message, logs=logs)
 
     def _repairing(self, message: str) -> str:
         """A failed repair's message with what it repaired: the record's drift names repairs that passed only."""
@@ -392,16 +433,35 @@ class LaneTransaction:
             return message
         return f"repairing {'; '.join(d.describe() for d in self.drift)}: {message}"
 
-    def _end(
-        self, result: Result, outcome: Outcome, error: str | None, logs: dict[str, str] | None = None, **fields: Any
-    ) -> None:
-        """How a transaction ends: its apply row, then the lane's record settled by `outcome` with `fields`.
+    def _record(self, *events: Event) -> None:
+        """Events of this lane's transaction, handed to the one writer of lane state."""
+        record(self.s.store, self.lp.lane, *events)
 
-        In that order, so whoever sees the record's ending (`lanes status`, a test) finds the row that explains
+    def _end(
+        self,
+        result: Result,
+        *events: Event,
+        logs: dict[str, str] | None = None,
+        timings: dict[str, float] | None = None,
+        drift: dict[str, Any] | None = None,
+    ) -> str | None:
+        """How a transaction ends: its apply row, then the lane's state after `events`; returns its last error.
+
+        In that order, so whoever sees the state's ending (`lanes status`, a test) finds the row that explains
         it, and a crash between the two loses no history (the record is still 'progressing' and the next
         resync gates the lane again)."""
-        self._journal(result, error, logs)
-        settle(self.s.store, self.lp.lane, outcome, **fields)
+
+        def journal(state: LaneState) -> None:
+            self._journal(result, state.error.message if state.error else None, logs)
+
+        state, _effects = record(self.s.store, self.lp.lane, *events, timings=timings, drift=drift, journal=journal)
+        return state.error.message if state.error else None
+
+    def _gate_deadline(self) -> float:
+        """When the readiness gate gives up at the latest: its stages run one after another, each with its own
+        timeout (reconciler.execute.readiness)."""
+        h = self.health
+        return time.time() + h.port_timeout_s + h.ready_timeout_s + h.models_timeout_s + h.completion_timeout_s
 
     def _journal(self, result: Result, error: str | None, logs: dict[str, str] | None = None) -> None:
         """The apply row (before the record: see `_end`)."""

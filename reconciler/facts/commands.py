@@ -20,6 +20,7 @@ from typing import Literal, cast
 from reconciler.facts.envfile_script import ENVFILE_REFUSED_EXIT, ENVFILE_SCRIPT
 from reconciler.facts.gpu_script import GPU_FREE_SCRIPT
 from reconciler.facts.lease_script import LEASE_SCRIPT
+from reconciler.facts.probe_program import LAUNCHER_SCRIPT, PROBE_PROGRAM_SHA256
 from reconciler.facts.probe_script import PROBE_SCRIPT
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "ENVFILE_REFUSED_EXIT",
     "ENVFILE_SCRIPT",
     "GPUFREE_MARKER",
+    "LAUNCHER_SCRIPT",
     "LEASE_MARKER",
     "LEASE_SCRIPT",
     "MARKERS",
@@ -41,6 +43,7 @@ __all__ = [
     "envfile_argv",
     "envfile_remove_argv",
     "gpufree_argv",
+    "installed_probe_argv",
     "lease_argv",
     "probe_argv",
     "read_envfile_argv",
@@ -68,6 +71,33 @@ def probe_argv(model_paths: Sequence[str], lease_file: str, disk_path: str) -> l
         *_PYTHON,
         PROBE_SCRIPT,
         PROBE_MARKER,
+        "--lease-file",
+        lease_file,
+        "--disk-path",
+        disk_path,
+        "--",
+        *model_paths,
+    ]
+
+
+def installed_probe_argv(
+    mode: Literal["run", "install"],
+    path: str,
+    known: str | None,
+    model_paths: Sequence[str],
+    lease_file: str,
+    disk_path: str,
+) -> list[str]:
+    """The probe through its installed copy (`facts/probe_program.py`): `run` it, or `install` it from stdin
+    and run it. `known`: the digest of the facts the caller holds; an unchanged host answers with it alone."""
+    return [
+        *_PYTHON,
+        LAUNCHER_SCRIPT,
+        PROBE_MARKER,
+        mode,
+        path,
+        PROBE_PROGRAM_SHA256,
+        *(["--known", known] if known is not None else []),
         "--lease-file",
         lease_file,
         "--disk-path",
@@ -128,6 +158,11 @@ class ProbeRequest:
     model_paths: tuple[str, ...]
     lease_file: str
     disk_path: str
+    known: str | None = None
+    mode: Literal["inline", "run", "install"] = "inline"
+    """inline: the program on the command line; run/install: through its installed copy at `program_path`."""
+    program_path: str | None = None
+    program_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,13 +196,31 @@ def read_envfile_argv(argv: Sequence[str]) -> EnvFileRequest:
 
 
 def read_probe_argv(argv: Sequence[str]) -> ProbeRequest:
-    """Inverse of `probe_argv`; ValueError when `argv` is not one."""
+    """Inverse of `probe_argv` and `installed_probe_argv`; ValueError when `argv` is neither."""
     if command_marker(argv) != PROBE_MARKER:
         raise ValueError("not a probe command")
     rest = list(argv[5:])
+    mode: Literal["inline", "run", "install"] = "inline"
+    path = digest = None
+    if argv[3] == LAUNCHER_SCRIPT:
+        if len(rest) < 3 or rest[0] not in ("run", "install"):
+            raise ValueError(f"malformed probe launcher arguments: {rest[:3]!r}")
+        mode = cast(Literal["run", "install"], rest[0])
+        path, digest, rest = rest[1], rest[2], rest[3:]
+    known = None
+    if rest[:1] == ["--known"] and len(rest) >= 2:
+        known, rest = rest[1], rest[2:]
     if len(rest) < 5 or rest[0] != "--lease-file" or rest[2] != "--disk-path" or rest[4] != "--":
         raise ValueError(f"malformed probe arguments: {rest[:5]!r}")
-    return ProbeRequest(model_paths=tuple(rest[5:]), lease_file=rest[1], disk_path=rest[3])
+    return ProbeRequest(
+        model_paths=tuple(rest[5:]),
+        lease_file=rest[1],
+        disk_path=rest[3],
+        known=known,
+        mode=mode,
+        program_path=path,
+        program_hash=digest,
+    )
 
 
 def read_lease_argv(argv: Sequence[str]) -> LeaseRequest:

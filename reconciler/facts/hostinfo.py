@@ -27,6 +27,7 @@ __all__ = [
     "gid_ipv4",
     "parse_compute_apps",
     "parse_dgx_release",
+    "parse_disks",
     "parse_driver_version",
     "parse_host_info",
     "parse_nvidia_smi_header",
@@ -257,8 +258,13 @@ def parse_host_info(raw: object) -> HostInfo:
         rdma_char_devices=tuple(sorted(_str(x, "dev_infiniband") for x in _list(chars, "host.dev_infiniband")))
         if chars is not None
         else None,
-        disks={str(p): _disk(p, d) for p, d in _obj(data.get("disks") or {}, "host.disks").items()},
+        disks=parse_disks(data.get("disks") or {}),
     )
+
+
+def parse_disks(raw: object) -> dict[str, DiskSpace]:
+    """The `disks` object of the probe's host section (sent on its own by an unchanged host)."""
+    return {str(p): _disk(p, d) for p, d in _obj(raw, "host.disks").items()}
 
 
 def _link(raw: object) -> NetLink:

@@ -10,12 +10,14 @@ here: the probe reports them in `errors`, kept as `probe_errors`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from reconciler.errors import PermanentError
-from reconciler.facts.hostinfo import HostInfo, HostInfoShapeError, parse_host_info
+from reconciler.facts.hostinfo import HostInfo, HostInfoShapeError, parse_disks, parse_host_info
 from reconciler.facts.observed import (
     Lease,
     LeaseOutcome,
@@ -25,6 +27,7 @@ from reconciler.facts.observed import (
     ObservedHost,
     UnmanagedContainer,
 )
+from reconciler.facts.probe_digest import fact_digest
 from reconciler.facts.probe_script import PROBE_VERSION
 
 _KIB = 1024
@@ -34,8 +37,41 @@ class _ShapeError(Exception):
     """A field of the probe output has the wrong type (becomes PermanentError)."""
 
 
+@dataclass(frozen=True)
+class HeldFacts:
+    """What the control node keeps of a host's last whole answer: its digest (`probe_digest`) and the
+    host parsed from it, whose stable facts an unchanged answer reuses without parsing them again."""
+
+    digest: str
+    host: ObservedHost
+
+
 def parse_probe(host: str, stdout: str) -> ObservedHost:
-    """Parse the probe's JSON into an `ObservedHost` for `host`."""
+    """Parse the probe's JSON (a whole answer) into an `ObservedHost` for `host`."""
+    return parse_probe_answer(host, stdout, None)[0]
+
+
+def parse_probe_answer(host: str, stdout: str, held: HeldFacts | None) -> tuple[ObservedHost, HeldFacts]:
+    """Parse a whole answer, or an unchanged one (digest and volatile figures) against `held`.
+
+    The digest kept is the one computed here from the answer, not the one the host printed: a host
+    whose program disagreed would then never be answered "unchanged", which costs bytes, never facts.
+    """
+    data = _load(host, stdout)
+    try:
+        if data.get("unchanged") is True:
+            if held is None or data.get("digest") != held.digest:
+                raise PermanentError(f"{host}: probe answered 'unchanged' for a digest this control node does not hold")
+            return _with_volatile(held.host, data, data.get("disks")), held
+        base = _stable_host(host, data)
+        host_section = data.get("host")
+        disks = host_section.get("disks") if isinstance(host_section, dict) else None
+        return _with_volatile(base, data, disks), HeldFacts(fact_digest(data), base)
+    except _ShapeError as exc:
+        raise PermanentError(f"{host}: probe output has a wrong shape: {exc}") from exc
+
+
+def _load(host: str, stdout: str) -> dict[str, Any]:
     try:
         data = json.loads(stdout)
     except ValueError as exc:
@@ -46,14 +82,12 @@ def parse_probe(host: str, stdout: str) -> ObservedHost:
     version = data.get("probe_version")
     if version != PROBE_VERSION:
         raise PermanentError(f"{host}: probe_version {version!r}, expected {PROBE_VERSION}")
-    try:
-        return _host(host, data)
-    except _ShapeError as exc:
-        raise PermanentError(f"{host}: probe output has a wrong shape: {exc}") from exc
+    return data
 
 
-def _host(host: str, data: Mapping[str, Any]) -> ObservedHost:
-    errors = [str(e) for e in _list(data, "errors")]
+def _with_volatile(base: ObservedHost, data: Mapping[str, Any], disks: object) -> ObservedHost:
+    """`base` with the figures that are read afresh every probe (`probe_digest.VOLATILE_KEYS`)."""
+    errors = list(base.probe_errors)
     memory = None
     meminfo = data.get("meminfo")
     if isinstance(meminfo, str):
@@ -64,6 +98,27 @@ def _host(host: str, data: Mapping[str, Any]) -> ObservedHost:
     disk = data.get("disk")
     if disk is not None and not isinstance(disk, dict):
         raise _ShapeError("disk is not an object")
+    info = base.info
+    if info is not None:
+        try:
+            info = dataclasses.replace(info, disks=parse_disks(disks or {}))
+        except HostInfoShapeError as exc:
+            errors.append(f"host facts: {exc}")
+            info = dataclasses.replace(info, disks={})
+    return dataclasses.replace(
+        base,
+        memory=memory,
+        disk_free=_opt_int(disk.get("free"), "disk.free") if disk else None,
+        disk_total=_opt_int(disk.get("total"), "disk.total") if disk else None,
+        probed_at=_opt_float(data.get("time"), "time"),
+        info=info,
+        probe_errors=tuple(errors),
+    )
+
+
+def _stable_host(host: str, data: Mapping[str, Any]) -> ObservedHost:
+    """The host from the digested part of a whole answer; the volatile figures are left empty."""
+    errors = [str(e) for e in _list(data, "errors")]
     lease_raw = data.get("lease")
     lease = None
     if lease_raw is not None:
@@ -89,14 +144,14 @@ def _host(host: str, data: Mapping[str, Any]) -> ObservedHost:
         containers=tuple(_container(c) for c in _list(data, "containers")),
         unmanaged=tuple(_unmanaged(c) for c in _list(data, "unmanaged")),
         listening=frozenset(_int(p, "listening port") for p in _list(data, "listening")),
-        memory=memory,
-        disk_free=_opt_int(disk.get("free"), "disk.free") if disk else None,
-        disk_total=_opt_int(disk.get("total"), "disk.total") if disk else None,
+        memory=None,
+        disk_free=None,
+        disk_total=None,
         models={str(path): _model(path, m) for path, m in models_raw.items()},
         lease=lease,
         probe_errors=tuple(errors),
         hostname=_opt_str(data.get("hostname")),
-        probed_at=_opt_float(data.get("time"), "time"),
+        probed_at=None,
         info=info,
     )
 

@@ -25,7 +25,8 @@ Where each value comes from on a DGX Spark:
   roceP2p1s0f1) and its IPv4 RoCE v2 GID at index 3 (the playbook's perftest output: "GID index : 3");
 - /dev/infiniband: the uverbs/umad/rdma_cm character devices a container needs to open the HCAs;
 - driver: /sys/module/nvidia/version, else the first line of /proc/driver/nvidia/version;
-  CUDA: the header of `nvidia-smi` ("CUDA Version: 13.0"); GPU compute processes:
+  CUDA: the header of `nvidia-smi` ("CUDA Version: 13.0"), the one line of its table sent (the rest
+  holds its clock and temperatures, which change every call); GPU compute processes:
   `nvidia-smi --query-compute-apps=pid --format=csv,noheader` (graphics clients such as Xorg, which
   the full table lists on a Spark with a desktop, are not compute apps). nvidia-smi is given 10 s:
   a wedged GPU can hang it, and the whole probe has 30;
@@ -97,6 +98,12 @@ def nvidia_smi(args, errors, state):
         errors.append("nvidia-smi %s: exit %d: %s" % (" ".join(args[:1]), p.returncode, " ".join(tail)))
         return None
     return p.stdout
+
+
+def smi_header(text):
+    # Only the header line is read (the CUDA version, facts/hostinfo.py); the rest of the table holds
+    # the clock, temperatures and power, which change on every call and would change the fact digest.
+    return "".join(line + "\n" for line in text.splitlines() if "CUDA Version" in line)
 
 
 # rtnetlink, <linux/netlink.h> and <linux/rtnetlink.h>
@@ -250,7 +257,8 @@ def host_facts(disk_paths, errors):
     out["uname"] = {"release": u.release, "machine": u.machine}
     out["nvidia_version"] = guarded("nvidia driver", errors, lambda: nvidia_version(errors))
     smi = {}
-    out["nvidia_smi"] = nvidia_smi([], errors, smi)
+    table = nvidia_smi([], errors, smi)
+    out["nvidia_smi"] = smi_header(table) if table is not None else None
     # A failing nvidia-smi (no NVML, a driver/library mismatch) fails the same way twice: ask once.
     out["compute_apps"] = (nvidia_smi(["--query-compute-apps=pid", "--format=csv,noheader"], errors, smi)
                            if out["nvidia_smi"] is not None else None)

@@ -18,12 +18,15 @@ from __future__ import annotations
 from reconciler.facts.labels import LABEL_MANAGED, MANAGED_VALUE
 from reconciler.facts.probe_host_script import HOST_SOURCE
 
-PROBE_VERSION = 2
-"""2: the `host` section (host facts) was added; a control node and a host copy of the script never disagree,
-as the script travels with every probe, but recorded outputs and the simulator must say which shape they are."""
+PROBE_VERSION = 3
+"""2: the `host` section (host facts) was added. 3: the program is installed on the host under its hash
+(`probe_program`), `--known DIGEST` makes an unchanged host answer with the digest and its volatile figures
+(`probe_digest`), meminfo carries only the lines the parser reads and nvidia-smi only its header line.
+The control node and the host's installed copy never disagree (the copy is named by its hash), but
+recorded outputs and the simulator must say which shape they are."""
 
 _SOURCE = r"""
-import json, os, socket, stat, subprocess, sys, time
+import hashlib, json, os, socket, stat, subprocess, sys, time
 
 MANAGED = "@MANAGED@"
 
@@ -186,33 +189,70 @@ def lease(path, errors):
     return data
 
 
+# The lines of /proc/meminfo the control node reads (facts/parse.py parse_meminfo); the rest of the
+# file (some 50 lines) would cross the wire every cycle for nothing.
+MEMINFO_KEYS = ("MemTotal", "MemFree", "MemAvailable", "Cached")
+
+
 def meminfo(errors):
     try:
         with open("/proc/meminfo") as f:
-            return f.read()
+            text = f.read()
     except OSError as e:
         errors.append("/proc/meminfo: %s" % e.strerror)
         return None
+    return "".join(line + "\n" for line in text.splitlines() if line.split(":", 1)[0] in MEMINFO_KEYS)
+
+
+# The same split as reconciler/facts/probe_digest.py (this program cannot import it; tests/facts checks
+# that both give the same digest): what moves on every read is sent always and never digested.
+VOLATILE_KEYS = ("time", "meminfo", "disk")
+VOLATILE_HOST_KEYS = ("disks",)
+ANSWER_KEYS = ("digest", "unchanged")
+
+
+def fact_digest(out):
+    stable = dict((k, v) for k, v in out.items() if k not in VOLATILE_KEYS and k not in ANSWER_KEYS)
+    if isinstance(stable.get("host"), dict):
+        stable["host"] = dict((k, v) for k, v in stable["host"].items() if k not in VOLATILE_HOST_KEYS)
+    text = json.dumps(stable, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def answer(out, known):
+    digest = fact_digest(out)
+    if known is not None and known == digest:
+        # Nothing the daemon holds has changed: the digest and the volatile figures only.
+        host = out.get("host") if isinstance(out.get("host"), dict) else {}
+        short = {"probe_version": out["probe_version"], "digest": digest, "unchanged": True,
+                 "disks": host.get("disks")}
+        for k in VOLATILE_KEYS:
+            short[k] = out.get(k)
+        return short
+    out["digest"] = digest
+    return out
 
 
 def parse_args(argv, errors):
-    lease_file, disk_path, paths = None, "/", []
+    lease_file, disk_path, paths, known = None, "/", [], None
     i = 0
     while i < len(argv):
         a = argv[i]
         if a == "--":
             paths = argv[i + 1:]
             break
-        if a in ("--lease-file", "--disk-path") and i + 1 < len(argv):
+        if a in ("--lease-file", "--disk-path", "--known") and i + 1 < len(argv):
             if a == "--lease-file":
                 lease_file = argv[i + 1]
+            elif a == "--known":
+                known = argv[i + 1]
             else:
                 disk_path = argv[i + 1]
             i += 2
             continue
         errors.append("probe: unexpected argument %r" % a)
         i += 1
-    return lease_file, disk_path, paths
+    return lease_file, disk_path, paths, known
 
 
 def main():
@@ -220,7 +260,7 @@ def main():
     out = {"probe_version": @PROBE_VERSION@, "hostname": socket.gethostname(), "time": time.time(),
            "containers": [], "unmanaged": [], "listening": [], "meminfo": None,
            "disk": None, "models": {}, "lease": None, "host": None, "errors": errors}
-    lease_file, disk_path, paths = parse_args(sys.argv[2:], errors)
+    lease_file, disk_path, paths, known = parse_args(sys.argv[2:], errors)
     steps = [
         ("docker", lambda: out.update(zip(("containers", "unmanaged"), docker_facts(errors)))),
         ("listening", lambda: out.update(listening=listening(errors))),
@@ -237,7 +277,7 @@ def main():
             step()
         except Exception as e:
             errors.append("%s: %s: %s" % (name, type(e).__name__, e))
-    sys.stdout.write(json.dumps(out, sort_keys=True) + "\n")
+    sys.stdout.write(json.dumps(answer(out, known), sort_keys=True) + "\n")
 
 
 @HOST_SOURCE@

@@ -16,6 +16,8 @@ from typing import Any
 
 from reconciler.execute.cycle import CycleResult
 from reconciler.execute.results import Result
+from reconciler.facts.enginelog import with_engine_words
+from reconciler.plan.steps import Cause
 from reconciler.spec.load import DesiredState
 
 
@@ -75,18 +77,39 @@ GAVE = frozenset({"stop", "noop"})
 (`reconciler.execute.swap`); a lane whose own change failed was planned to deploy or verify."""
 
 
+ROLLOUTS = frozenset({Cause.FIRST_DEPLOY, Cause.SPEC_CHANGED})
+"""Applies that are a rollout of a commit (a repair of drift puts back what was there: not a rollout)."""
+
+
 def _short(text: str | None, limit: int = 600) -> str:
     text = (text or "").strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def cycle_events(result: CycleResult, desired: DesiredState) -> list[Event]:
-    """Denied, failed and rolled-back lanes of one reconcile cycle."""
+    """Denied, failed, rolled-back and rolled-out lanes of one reconcile cycle."""
     events = []
     commit = result.commit
     for r in result.results:
         labels = _lane_labels(desired, r.lane)
-        if r.result == Result.DENIED:
+        # The gate says "a rank exited"; the engine's own last words say why (vLLM's "unrecognized arguments").
+        error = with_engine_words(r.error, r.logs)
+        logs = f"read the rank logs with `lanes logs {r.lane}` (`--rank N` for the others)"
+        if r.result == Result.APPLIED and r.action == "deploy" and r.cause in ROLLOUTS:
+            events.append(
+                Event(
+                    "lane.rolled_out",
+                    f"lanes: {r.lane} rolled out ({commit[:12]})",
+                    f"Lane {r.lane} serves the spec of commit {commit[:12]}: it passed its readiness gate"
+                    + (f" in {r.timings['total']:.0f} s." if isinstance(r.timings.get("total"), int | float) else "."),
+                    f"nothing; `lanes status` shows it, `lanes bench {r.lane}` measures it",
+                    commit=commit,
+                    lanes=(r.lane,),
+                    labels=labels,
+                    severity="success",
+                )
+            )
+        elif r.result == Result.DENIED:
             violations = [v for v in result.verdict.lane_violations(r.lane) if v.severity == "deny"]
             rules = ", ".join(sorted({v.rule for v in violations})) or "policy"
             why = "; ".join(_short(v.message, 300) for v in violations[:3]) or _short(r.error)
@@ -122,10 +145,24 @@ def cycle_events(result: CycleResult, desired: DesiredState) -> list[Event]:
                 Event(
                     "lane.rolled_back",
                     f"lanes: {r.lane} rollout failed and was rolled back ({commit[:12]})",
-                    f"The rollout of lane {r.lane} failed ({_short(r.error)}) and the lane was put back on its last "
+                    f"The rollout of lane {r.lane} failed ({_short(error)}) and the lane was put back on its last "
                     "healthy spec. The failed spec is not tried again until its backoff ends or a person allows it.",
-                    f"read the rank logs with `lanes history {r.lane}` and `lanes status`; fix the lane file and "
-                    f"push, or once the cause is gone run `lanes retry {r.lane}`",
+                    f"{logs}; fix the lane file and push, or once the cause is gone run `lanes retry {r.lane}`",
+                    commit=commit,
+                    lanes=(r.lane,),
+                    labels=labels,
+                    severity="failure",
+                )
+            )
+        elif r.result == Result.FAILED and r.untouched:
+            events.append(
+                Event(
+                    "lane.failed",
+                    f"lanes: {r.lane} rollout failed before anything stopped ({commit[:12]})",
+                    f"The rollout of lane {r.lane} failed before any of its ranks was stopped: {_short(error)}. "
+                    "Nothing was stopped; the old spec still serves (if it served before).",
+                    f"fix the cause (the image, the model path, the hosts) or the lane file and push, then "
+                    f"`lanes retry {r.lane}`; `lanes status` shows what serves",
                     commit=commit,
                     lanes=(r.lane,),
                     labels=labels,
@@ -137,10 +174,10 @@ def cycle_events(result: CycleResult, desired: DesiredState) -> list[Event]:
                 Event(
                     "lane.failed",
                     f"lanes: {r.lane} rollout failed ({commit[:12]})",
-                    f"The rollout of lane {r.lane} failed: {_short(r.error)}. Nothing healthy was there to roll "
-                    "back to, or the rollback failed too: the lane may serve nothing now.",
-                    f"look at `lanes status` and `lanes history {r.lane}`; fix the cause or the lane file and push, "
-                    f"then `lanes retry {r.lane}`",
+                    f"The rollout of lane {r.lane} failed: {_short(error)}. Its ranks were stopped (or it had "
+                    "none) and nothing healthy was there to roll back to, or the rollback failed too: the lane serves "
+                    "nothing now.",
+                    f"{logs}; fix the cause or the lane file and push, then `lanes retry {r.lane}`",
                     commit=commit,
                     lanes=(r.lane,),
                     labels=labels,

@@ -24,6 +24,7 @@ EventKind = Literal[
     "commit.refused",
     "lane.failed",
     "lane.rolled_back",
+    "lane.rolled_out",
     "host.unreachable",
     "host.back",
     "proposal.opened",

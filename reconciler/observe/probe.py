@@ -4,6 +4,13 @@ Probing all hosts in parallel (bounded) with one command each keeps a no-op
 resync of a large fleet close to the cost of one round trip; a host that
 does not answer becomes an `unreachable` observation with the reason, not an
 exception, so its lanes are reported and the others go on.
+
+The probe program is installed on each host under its hash (`facts/probe_program.py`)
+and run by a short launcher; a host it is missing from (first contact, a new lanes
+version, a corrupt copy) is sent it in the same cycle, a second round trip for that
+host only. `ProbeMemory` keeps, per host, the digest of the facts last seen and those
+facts parsed (`facts/parse.py` `HeldFacts`): a host whose facts did not change answers
+with that digest and its volatile figures, and the held facts are reused.
 """
 
 from __future__ import annotations
@@ -12,11 +19,40 @@ import asyncio
 from collections.abc import Mapping
 
 from reconciler.errors import LanesError
-from reconciler.facts.commands import probe_argv
+from reconciler.facts.commands import installed_probe_argv
 from reconciler.facts.observed import ObservedFleet, ObservedHost
-from reconciler.facts.parse import parse_probe
+from reconciler.facts.parse import HeldFacts, parse_probe_answer
+from reconciler.facts.probe_program import NOT_INSTALLED_MESSAGE, PROBE_NOT_INSTALLED, program_path
+from reconciler.facts.probe_script import PROBE_SCRIPT
 from reconciler.spec.load import DesiredState
-from reconciler.transport.base import HostTarget, Transport
+from reconciler.transport.base import CommandResult, HostTarget, Transport, checked
+
+
+class ProbeMemory:
+    """The facts each host last answered in whole, and their digest, kept across cycles.
+
+    One per long-lived runner (the daemon's `CycleRunner`); a one-shot command starts empty and
+    gets whole answers. Only hosts still in the fleet are kept (`retain`), and a host whose answer
+    could not be parsed is forgotten, so its next probe asks for everything again.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, HeldFacts] = {}
+        self.installs = 0
+        """Probe programs sent (first contact, a new version, a missing or corrupt copy): for tests and benches."""
+
+    def get(self, host: str) -> HeldFacts | None:
+        return self._held.get(host)
+
+    def hold(self, host: str, facts: HeldFacts) -> None:
+        self._held[host] = facts
+
+    def forget(self, host: str) -> None:
+        self._held.pop(host, None)
+
+    def retain(self, hosts: frozenset[str] | set[str]) -> None:
+        for gone in set(self._held) - set(hosts):
+            del self._held[gone]
 
 
 def lease_file(desired: DesiredState) -> str:
@@ -35,15 +71,35 @@ def model_paths_by_host(desired: DesiredState) -> dict[str, list[str]]:
     return {host: sorted(p) for host, p in paths.items()}
 
 
+def _not_installed(result: CommandResult) -> bool:
+    return result.exit_status == PROBE_NOT_INSTALLED and result.stderr.startswith(NOT_INSTALLED_MESSAGE)
+
+
 async def probe_host(
-    transport: Transport, target: HostTarget, desired: DesiredState, paths: list[str], timeout: float
+    transport: Transport,
+    target: HostTarget,
+    desired: DesiredState,
+    paths: list[str],
+    timeout: float,
+    memory: ProbeMemory | None = None,
 ) -> ObservedHost:
-    argv = probe_argv(paths, lease_file(desired), desired.fleet.hf_cache)
+    memory = memory if memory is not None else ProbeMemory()
+    held = memory.get(target.name)
+    where = program_path(desired.fleet.state_dir_on_host)
+    args = (paths, lease_file(desired), desired.fleet.hf_cache)
     try:
-        result = await transport.run(target, argv, timeout=timeout, check=True)
-        return parse_probe(target.name, result.stdout)
+        run = installed_probe_argv("run", where, held.digest if held else None, *args)
+        result = await transport.run(target, run, timeout=timeout, check=False)
+        if _not_installed(result):
+            install = installed_probe_argv("install", where, held.digest if held else None, *args)
+            memory.installs += 1
+            result = await transport.run(target, install, input=PROBE_SCRIPT, timeout=timeout, check=False)
+        observed, facts = parse_probe_answer(target.name, checked(result).stdout, held)
     except LanesError as exc:
+        memory.forget(target.name)
         return ObservedHost.unreachable(target.name, str(exc))
+    memory.hold(target.name, facts)
+    return observed
 
 
 async def observe(
@@ -53,13 +109,16 @@ async def observe(
     *,
     timeout: float = 30.0,
     concurrency: int = 128,
+    memory: ProbeMemory | None = None,
 ) -> ObservedFleet:
     paths = model_paths_by_host(desired)
     gate = asyncio.Semaphore(concurrency)
+    memory = memory if memory is not None else ProbeMemory()
+    memory.retain(set(targets))
 
     async def one(name: str) -> ObservedHost:
         async with gate:
-            return await probe_host(transport, targets[name], desired, paths.get(name, []), timeout)
+            return await probe_host(transport, targets[name], desired, paths.get(name, []), timeout, memory)
 
     names = sorted(targets)
     hosts = await asyncio.gather(*(one(n) for n in names))

@@ -11,14 +11,15 @@ all of its ranks rather than patching one.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from reconciler.engines import ContainerSpec, start_groups
 from reconciler.engines.launcher import launcher_needs
 from reconciler.facts.observed import ObservedContainer, ObservedFleet
+from reconciler.lane import LaneState
 from reconciler.plan.hostchecks import host_problems
+from reconciler.plan.known import Known, known
 from reconciler.plan.lanediff import (
     change_cause,
     drift_of,
@@ -38,7 +39,6 @@ from reconciler.plan.steps import (
     Plan,
     PullImages,
     RemoveEnvFiles,
-    Serving,
     StageModel,
     StartRanks,
     Step,
@@ -46,8 +46,9 @@ from reconciler.plan.steps import (
     WaitGpuFree,
     WaitReady,
     WriteEnvFiles,
+    fingerprint,
 )
-from reconciler.plan.swaps import Stopped, find_swaps, hold_failed_swaps, order_after
+from reconciler.plan.swaps import find_swaps, hold_failed_swaps, order_after
 from reconciler.plan.windows import hold_for, restarts_running
 from reconciler.policy import Verdict
 from reconciler.spec.fleet import DataPort
@@ -61,14 +62,15 @@ class PlanOptions:
     owner: str = "lanes"
     """Lease owner of this reconciler; a lease held by another owner blocks a lane."""
     drop_caches: bool = False
-    failed: Mapping[str, str] = field(default_factory=dict)
-    """lane -> fingerprint condemned (a permanent failure): not retried until it changes or `lanes retry`."""
-    ready: Mapping[str, str] = field(default_factory=dict)
-    """lane -> fingerprint whose readiness was observed (its gate passed): in sync with it is a noop."""
-    retry_at: Mapping[str, tuple[str, float]] = field(default_factory=dict)
-    """lane -> (fingerprint, epoch seconds): a spec that failed transiently is not tried before then."""
+    lanes: Mapping[str, LaneState] = field(default_factory=dict)
+    """Each lane's state (the journal's row): what failed, what was seen ready, what serves, what holds it."""
+    wait_backoff: bool = True
+    """False when a person asks for now (`lanes plan`/`apply`): a backoff paces the daemon's own retries only."""
+    undoing: frozenset[str] = frozenset()
+    """Taking lanes of a swap undo still pending (the journal's swap marks): they hold that swap like a lane whose
+    state says its failure undid one."""
     clock: float = 0.0
-    """The control node's time (epoch seconds), for `retry_at`."""
+    """The control node's time (epoch seconds), for a backoff's end."""
     only_lanes: frozenset[str] | None = None
     now: float | None = None
     """Clock for lease expiry; None takes each probe's own time."""
@@ -78,21 +80,8 @@ class PlanOptions:
     """The instant change windows are judged at (epoch seconds); None takes `clock`."""
     window_override: bool = False
     """A person asked for now (`lanes apply --now`, a commit's `Lanes-Change-Window: now`): no change waits."""
-    stopped: Mapping[str, Stopped] = field(default_factory=dict)
-    """lane -> the commit it was stopped at and where it last served: a swap begun before a restart."""
-    swapped: frozenset[str] = frozenset()
-    """Lanes whose last failure undid a swap (the journal says so): only such a failed lane holds the
-    lanes that gave it their hosts; any other failed lane holds nothing but itself."""
-    serving: Mapping[str, Serving] = field(default_factory=dict)
-    """lane -> the spec that last passed its gate and serves, for lanes whose desired spec failed: drift of
-    it is repaired while the failed spec is held back."""
-
-
-def fingerprint(specs: Sequence[tuple[str, ContainerSpec]]) -> str:
-    digest = hashlib.sha256()
-    for host, spec in specs:
-        digest.update(f"{host}\0{spec.name}\0{spec.spec_hash}\n".encode())
-    return digest.hexdigest()[:16]
+    suspended: Mapping[str, str] = field(default_factory=dict)
+    """lane -> why it is held at runtime (`lanes suspend`): planned exactly like `suspended: true` in its file."""
 
 
 def plan_fleet(
@@ -102,21 +91,22 @@ def plan_fleet(
     names = sorted(set(desired.lanes) | observed.lanes())
     if opts.only_lanes is not None:
         names = [n for n in names if n in opts.only_lanes]
-    lane_plans = [_plan_lane_safely(name, desired, observed, verdict, opts) for name in names]
+    k = known(opts.lanes, wait_backoff=opts.wait_backoff, undoing=opts.undoing)
+    lane_plans = [_plan_lane_safely(name, desired, observed, verdict, opts, k) for name in names]
     # Across lanes: a failed swap is not redone until its failed lane changes; stops and deploys on the
     # same hosts go as one swap; stops first, then `after:` order.
-    lane_plans = hold_failed_swaps(lane_plans, opts.swapped)
-    lane_plans, swaps = find_swaps(lane_plans, opts.stopped, opts.ready)
+    lane_plans = hold_failed_swaps(lane_plans, k.swapped)
+    lane_plans, swaps = find_swaps(lane_plans, k.stopped, k.ready)
     lane_plans = order_after(lane_plans, desired.lanes)
     return Plan(commit=desired.commit, lanes=tuple(lane_plans), swaps=swaps)
 
 
 def _plan_lane_safely(
-    name: str, desired: DesiredState, observed: ObservedFleet, verdict: Verdict, opts: PlanOptions
+    name: str, desired: DesiredState, observed: ObservedFleet, verdict: Verdict, opts: PlanOptions, k: Known
 ) -> LanePlan:
     """One lane's plan; a fault in planning it costs that lane only (it is held, the others go on)."""
     try:
-        return _plan_lane(name, desired, observed, verdict, opts)
+        return _plan_lane(name, desired, observed, verdict, opts, k)
     except Exception as exc:  # a planner bug must not stop the other lanes
         lane = desired.lanes.get(name)
         return LanePlan(
@@ -130,12 +120,13 @@ def _plan_lane_safely(
 
 
 def _plan_lane(
-    name: str, desired: DesiredState, observed: ObservedFleet, verdict: Verdict, opts: PlanOptions
+    name: str, desired: DesiredState, observed: ObservedFleet, verdict: Verdict, opts: PlanOptions, k: Known
 ) -> LanePlan:
     lane = desired.lanes.get(name)
     current = observed.containers_of_lane(name)
-    if lane is not None and lane.suspended:
-        return _plan_suspended(lane, current, observed, verdict, desired.commit)
+    if lane is not None and (lane.suspended or name in opts.suspended):
+        why = opts.suspended.get(name) or "suspended in its lane file"
+        return _plan_suspended(lane, current, observed, verdict, desired.commit, why)
     if lane is None or not lane.running:
         return _plan_stop(name, lane, current, observed, desired.commit, desired.fleet.state_dir_on_host)
     base = LanePlan(name, "noop", "", hosts=lane.hosts, commit=desired.commit)
@@ -153,18 +144,18 @@ def _plan_lane(
     with_specs = replace(base, fingerprint=fp, specs=tuple(specs))
     squatters = find_squatters(lane, observed)
     in_sync = runs_desired(specs, current) and not squatters
-    if in_sync and opts.ready.get(name) == fp:
+    if in_sync and k.ready.get(name) == fp:
         return replace(with_specs, reason="in sync")
-    if opts.failed.get(name) == fp:
+    if k.failed.get(name) == fp:
         why = f"this spec ({fp}) {FAILED_BEFORE}; not retried until the lane changes or `lanes retry {name}`"
         condemned = replace(with_specs, action="blocked", reason=why, cause=Cause.CONDEMNED)
-        return repair_serving(condemned, lane, current, observed, desired, opts) or condemned
-    due = opts.retry_at.get(name)
+        return repair_serving(condemned, lane, current, observed, desired, opts, k.serving.get(name)) or condemned
+    due = k.retry_at.get(name)
     if due is not None and due[0] == fp and opts.clock < due[1]:
         wait = due[1] - opts.clock
         why = f"this spec ({fp}) failed on a passing fault; tried again in {wait:.0f} s"
         backoff = replace(with_specs, action="blocked", reason=why, cause=Cause.BACKOFF)
-        return repair_serving(backoff, lane, current, observed, desired, opts) or backoff
+        return repair_serving(backoff, lane, current, observed, desired, opts, k.serving.get(name)) or backoff
     involved = _hosts_involved(lane, current)
     held = lease_holder(involved, observed, opts.owner, opts.now)
     if held is not None:
@@ -189,7 +180,7 @@ def _plan_lane(
         why = "; ".join(str(p) for p in problems) + "; nothing was stopped"
         return replace(with_specs, action="blocked", reason=why, cause=Cause.HOST_FACTS)
     drift = drift_of(specs, current, squatters, lane.port)
-    cause = change_cause(current, drift, was_ready=name in opts.ready)
+    cause = change_cause(current, drift, was_ready=name in k.ready)
     reason = drift_reason(cause, drift)
     if not opts.window_override and restarts_running(current, drift):
         at = opts.window_clock if opts.window_clock is not None else opts.clock
@@ -266,13 +257,18 @@ def env_file_path(state_dir_on_host: str, container: str) -> str:
 
 
 def _plan_suspended(
-    lane: Lane, current: list[tuple[str, ObservedContainer]], observed: ObservedFleet, verdict: Verdict, commit: str
+    lane: Lane,
+    current: list[tuple[str, ObservedContainer]],
+    observed: ObservedFleet,
+    verdict: Verdict,
+    commit: str,
+    held_by: str,
 ) -> LanePlan:
     """Hands off: no steps at all; how what runs differs from the lane file is said, never repaired."""
     specs: Sequence[tuple[str, ContainerSpec]] = verdict.rendered.get(lane.name, ())
     seen = bool(specs) and all(reachable(observed, h) for h in lane.hosts)
     drift = drift_of(specs, current, find_squatters(lane, observed), lane.port) if seen else ()
-    why = "suspended in its lane file: what runs is left as it is (no apply, no repair, no rollback)"
+    why = f"{held_by}: what runs is left as it is (no apply, no repair, no rollback)"
     if drift:
         why += "; left as it is: " + "; ".join(d.describe() for d in drift)
     return LanePlan(lane.name, "suspended", why, hosts=lane.hosts, commit=commit, cause=Cause.SUSPENDED, drift=drift)

@@ -17,6 +17,7 @@ from reconciler.plan.steps import (
     Cause,
     HostContainer,
     LanePlan,
+    Serving,
     StartRanks,
     Step,
     StopContainers,
@@ -37,12 +38,12 @@ def repair_serving(
     observed: ObservedFleet,
     desired: DesiredState,
     opts: PlanOptions,
+    serving: Serving | None,
 ) -> LanePlan | None:
     """A failed spec held back hides nothing of what serves in its place: the last healthy spec, drifted
     (a rank removed, exited, replaced), is put back as it was and gated where it passed before. Never the
     held spec: that waits for a change, `lanes retry` or its retry. None: nothing to repair now (no healthy
     spec serves, it runs as recorded, a host is out of reach or leased, a change window is closed)."""
-    serving = opts.serving.get(lane.name)
     if serving is None or serving.fingerprint == held.fingerprint or not serving.specs:
         return None
     hosts = tuple(dict.fromkeys(h for h, _ in serving.specs))

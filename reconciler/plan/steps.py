@@ -7,6 +7,8 @@ the state an applied plan produced gives no steps.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
@@ -312,3 +314,11 @@ class Plan:
 
     def with_changes(self) -> list[LanePlan]:
         return [lp for lp in self.lanes if lp.changes]
+
+
+def fingerprint(specs: Sequence[tuple[str, ContainerSpec]]) -> str:
+    """A lane's rendered rank specs in 16 hex digits: what the journal says failed, passed or serves."""
+    digest = hashlib.sha256()
+    for host, spec in specs:
+        digest.update(f"{host}\0{spec.name}\0{spec.spec_hash}\n".encode())
+    return digest.hexdigest()[:16]

@@ -9,7 +9,6 @@ the file leaves out does not run, and the verdict says so (see engine.py).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -17,6 +16,7 @@ from typing import Literal, get_args
 from reconciler.errors import InputError
 from reconciler.spec.lane import EngineKind, KVCacheDtype
 from reconciler.spec.policyfiles import ParamValue, RulesFile, Severity
+from reconciler.spec.saferegex import check_pattern
 
 RULES_PATH = "policies/rules.yaml"
 
@@ -235,11 +235,10 @@ def _check_values(settings: RuleSettings, path: str) -> None:
                     raise InputError(f"{prefix!r} is not an absolute host path", file=path, field=where)
     elif name == "secrets-by-name":
         for index, pattern in enumerate(settings.strings("value_patterns")):
-            try:
-                re.compile(pattern)
-            except re.error as exc:
+            why = check_pattern(pattern)  # policies come from the commit: RE2, linear time (spec.saferegex)
+            if why is not None:
                 raise InputError(
-                    f"not a regular expression: {exc}",
+                    f"pattern {why}",
                     file=path,
                     field=f"rules.{name}.params.value_patterns[{index}]",
                 ) from None

@@ -23,14 +23,17 @@ from typing import Any
 
 from reconciler.facts.cudareq import driver_gives, required_cuda
 from reconciler.facts.imagecheck import LAUNCHER_MARKER, LAUNCHER_MISSING_EXIT, LAUNCHER_SCRIPT
+from reconciler.facts.preflight import SCRIPTS
 from reconciler.sim import dockercli as cli
 from reconciler.sim.containers import SimContainer, now_rfc3339
 from reconciler.sim.dockercli import CliError
+from reconciler.sim.engineargs import parser_refusal
 from reconciler.sim.registry import ImageRef, SimImage, SimRegistry, registry_path
 from reconciler.sim.sharedclient import SharedStandinClient, SharedStandinError
 
 Result = tuple[int, str, str]
 LAUNCHER_CHECK = ["-c", LAUNCHER_SCRIPT, LAUNCHER_MARKER]
+PREFLIGHTS = {("-c", script): engine for engine, script in SCRIPTS.items()}
 
 
 class SimDockerDaemon:
@@ -178,6 +181,9 @@ class SimDockerDaemon:
         if "--detach" not in opts.flags:
             if "--rm" in opts.flags and opts.last("--entrypoint") == "sh" and cmd[:3] == LAUNCHER_CHECK:
                 return self._launcher_check(image_ref, cmd[3:])
+            engine = PREFLIGHTS.get((cmd[0], cmd[1])) if len(cmd) >= 2 else None
+            if "--rm" in opts.flags and opts.last("--entrypoint") == "python3" and engine is not None:
+                return await self._preflight(opts, image_ref, engine, cmd[2:])
             raise CliError("sim: only detached runs (docker run -d) and lanes' launcher check are supported", 125)
         name = opts.last("--name") or "sim_" + secrets.token_hex(4)
         cli.check_name(name)
@@ -248,6 +254,44 @@ class SimDockerDaemon:
             return 125, cid + "\n", stderr + f"docker: Error response from daemon: {container.error}\n"
         self.spawned.append(container)
         return 0, cid + "\n", stderr
+
+    async def _preflight(self, opts: cli.Options, image_ref: str, engine: str, args: list[str]) -> Result:
+        """What `facts/preflight.py`'s parse-only script does in the image: the image's parser's verdict.
+
+        As docker does for any run: the name must be free, the options valid, the image local or pulled;
+        an image without python3 fails as exec does. The parser is the image's own (`parser_refusal`:
+        its STANDIN_PARSER, else the table of the release or build it carries)."""
+        name = opts.last("--name")
+        if name is not None:
+            cli.check_name(name)
+            if name in self.containers:
+                raise cli.name_conflict(name, self.containers[name].id)
+        self._host_config(opts)
+        image = self.local_image(image_ref)
+        pulled = ""
+        if image is None:
+            pulled = f"Unable to find image '{image_ref}' locally\n"
+            try:
+                image = await self._fetch(image_ref)
+            except CliError as exc:
+                raise CliError(pulled + "docker: " + exc.message + "\nSee 'docker run --help'.", 125) from exc
+        if "python3" in image.lacks:
+            return (
+                127,
+                "",
+                pulled
+                + (
+                    "docker: Error response from daemon: failed to create task for container: failed to create shim "
+                    "task: OCI runtime create failed: runc create failed: unable to start container process: exec: "
+                    '"python3": executable file not found in $PATH: unknown.\n'
+                ),
+            )
+        env = image.env
+        refused = parser_refusal(engine, args, env.get("STANDIN_VERSION", ""), env.get("STANDIN_PARSER", ""))
+        if refused is None:
+            return 0, "", pulled
+        status, stderr = refused
+        return status, "", pulled + stderr
 
     def _launcher_check(self, image_ref: str, names: list[str]) -> Result:
         """What `facts/imagecheck.py`'s script prints in an image that lacks `SimImage.lacks`."""

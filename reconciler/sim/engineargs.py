@@ -15,8 +15,10 @@ ends the engine, usage and `error:` on stderr, exit status 2.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_MODEL_LEN = 8192
@@ -70,7 +72,7 @@ def scan_engine_argv(argv: Sequence[str]) -> EngineArgs:
     )
 
 
-def engine_refusal(argv: Sequence[str], version: str) -> tuple[int, str] | None:
+def engine_refusal(argv: Sequence[str], version: str, parser: str = "") -> tuple[int, str] | None:
     """(exit status, stderr) when the engine of this release would refuse its command line, else None.
 
     The engine and where its own arguments start are read from the command (`vllm serve ...`, also
@@ -82,7 +84,7 @@ def engine_refusal(argv: Sequence[str], version: str) -> tuple[int, str] | None:
     it); a series' nearest release's table is a guess. Where lanes'
     packages are absent (the rig's image holds only the stand-in's modules), nothing is judged.
     """
-    if not version or version == DEFAULT_VERSION:
+    if (not version or version == DEFAULT_VERSION) and not parser:
         return None
     try:
         from reconciler.engines import flags
@@ -92,11 +94,39 @@ def engine_refusal(argv: Sequence[str], version: str) -> tuple[int, str] | None:
     if found is None:
         return None
     engine, _, args = found
-    match = flags.table_for(engine, version)
-    if match is None or not match.placed:
+    return parser_refusal(engine, args, version, parser)
+
+
+def parser_refusal(engine: str, args: Sequence[str], version: str, parser: str = "") -> tuple[int, str] | None:
+    """(exit status, stderr) when the image's parser refuses these engine arguments, else None.
+
+    The image's parser is the table its STANDIN_PARSER names (a build whose own parser lanes ships no
+    table of: `vllm-0.33.0`, a shipped table's name, or the path of a table's JSON), else the table
+    written for its release or build (as `engine_refusal`). Both the stand-in's start and the
+    simulated docker's preflight run (`sim/dockerd.py`) judge with it, as one image has one parser.
+    """
+    try:
+        from reconciler.engines import flags
+    except ImportError:
         return None
-    error = flags.check_argv(match.table, args)
+    table = image_table(flags, engine, version, parser)
+    if table is None:
+        return None
+    error = flags.check_argv(table, args)
     return None if error is None else (error.status, error.stderr())
+
+
+def image_table(flags: Any, engine: str, version: str, parser: str) -> Any:
+    """The flag table standing for the image's own parser (None: the image judges nothing)."""
+    if parser:
+        if parser.endswith(".json"):
+            with open(parser, encoding="utf-8") as handle:
+                return flags.load_table(json.load(handle))
+        return next((t for t in flags.tables() if f"{t.engine}-{t.version}" == parser), None)
+    if not version or version == DEFAULT_VERSION:
+        return None
+    match = flags.table_for(engine, version)
+    return match.table if match is not None and match.placed else None
 
 
 def parse_int(raw: str | None, default: int) -> int:
@@ -127,6 +157,7 @@ class Behaviour:
     slowdown: float = 1.0  # STANDIN_SLOWDOWN
     version: str = DEFAULT_VERSION  # STANDIN_VERSION: the engine release the image carries
     load_log_lines: int = 0  # STANDIN_LOAD_LOG_LINES: lines logged evenly over the load, as engines log progress
+    parser: str = ""  # STANDIN_PARSER: the image's own parser, a flag table's name or path (parser_refusal)
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Behaviour:
@@ -142,4 +173,5 @@ class Behaviour:
             slowdown=max(_float_env(env, "STANDIN_SLOWDOWN", 1.0), 1e-3),
             version=env.get("STANDIN_VERSION") or DEFAULT_VERSION,
             load_log_lines=max(int(_float_env(env, "STANDIN_LOAD_LOG_LINES", 0.0)), 0),
+            parser=env.get("STANDIN_PARSER", ""),
         )

@@ -11,7 +11,7 @@ spec (JSON) says what to stand up:
 
 The process prints one line when every host answers SSH: {"port", "known_hosts",
 "client_key", "addresses", "standin_pid", "pid"}. Then, for each line "counts" on
-its stdin, it prints {HOST: [commands run, connections accepted]}. End of
+its stdin, it prints {HOST: [commands run, connections accepted, bytes in, bytes out]}. End of
 stdin (the parent closed it, or died) closes the fleet, every container and
 the shared stand-in with it, and ends the process. `FleetProcess` is the
 parent's side.
@@ -69,7 +69,8 @@ async def serve(spec: dict[str, Any]) -> None:
         _say(ready)
         while line := await stdin.readline():
             if line.strip() == b"counts":
-                _say({n: [len(fleet.host(n).commands), fleet.host(n).handshakes] for n in fleet.names})
+                hosts = [(n, fleet.host(n)) for n in fleet.names]
+                _say({n: [len(h.commands), h.handshakes, h.bytes_in, h.bytes_out] for n, h in hosts})
 
 
 def _say(obj: object) -> None:
@@ -112,13 +113,13 @@ class FleetProcess:
         self.ready = self._line(timeout)
         return self.ready
 
-    def counts(self, timeout: float = 60.0) -> dict[str, tuple[int, int]]:
-        """Per host: SSH commands run and SSH connections accepted, so far."""
+    def counts(self, timeout: float = 60.0) -> dict[str, tuple[int, int, int, int]]:
+        """Per host: SSH commands run, SSH connections accepted, bytes received and sent, so far."""
         if self.proc is None or self.proc.stdin is None:
             raise RuntimeError("the simulated fleet is not running")
         self.proc.stdin.write(b"counts\n")
         self.proc.stdin.flush()
-        return {host: (int(c), int(h)) for host, (c, h) in self._line(timeout).items()}
+        return {host: (int(c), int(h), int(i), int(o)) for host, (c, h, i, o) in self._line(timeout).items()}
 
     def _line(self, timeout: float) -> dict[str, Any]:
         if self.proc is None or self.proc.stdout is None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from reconciler.facts.commands import ENVFILE_REFUSED_EXIT, EnvFileRequest, LeaseRequest, ProbeRequest
 from reconciler.facts.lease_script import LEASE_CONFLICT_EXIT
+from reconciler.facts.probe_digest import VOLATILE_KEYS, fact_digest
 from reconciler.facts.probe_script import PROBE_VERSION
 from reconciler.sim.sparkinfo import SimSparkInfo
 
@@ -115,6 +116,11 @@ class SimHostFacts:
         ]
         return "".join(f"{key + ':':<16}{value:>10} kB\n" for key, value in rows)
 
+    def probe_meminfo(self, running: int) -> str:
+        """What the probe sends of /proc/meminfo: the lines the control node reads (`probe_script.MEMINFO_KEYS`)."""
+        keep = ("MemTotal:", "MemFree:", "MemAvailable:", "Cached:")
+        return "".join(line for line in self.meminfo(running).splitlines(keepends=True) if line.startswith(keep))
+
     def drop_caches(self) -> None:
         self.drop_caches_count += 1
         self.page_cache = min(self.page_cache, _CACHE_FLOOR_KB * KIB)
@@ -197,13 +203,20 @@ class SimHostFacts:
             "containers": containers or [],
             "unmanaged": unmanaged,
             "listening": listening,
-            "meminfo": self.meminfo(running),
+            "meminfo": self.probe_meminfo(running),
             "disk": disk,
             "models": models,
             "lease": self.leases.get(request.lease_file),
             "host": self.info.section(disks, errors),
             "errors": errors,
         }
+        digest = fact_digest(out)
+        if request.known is not None and request.known == digest:
+            # As the probe program answers a host whose facts match the digest the control node holds.
+            short = {"probe_version": PROBE_VERSION, "digest": digest, "unchanged": True, "disks": disks}
+            short.update((k, out[k]) for k in VOLATILE_KEYS)
+            return json.dumps(short, sort_keys=True) + "\n"
+        out["digest"] = digest
         return json.dumps(out, sort_keys=True) + "\n"
 
     def lease(self, request: LeaseRequest) -> tuple[int, str]:

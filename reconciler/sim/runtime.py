@@ -32,6 +32,7 @@ from reconciler.sim.dockerd import Result, SimDockerDaemon
 from reconciler.sim.engineargs import scan_engine_argv
 from reconciler.sim.hostfacts import GIB, EnvFile, SimHostFacts
 from reconciler.sim.netstat import ListeningTable
+from reconciler.sim.probefiles import SimProbeFiles
 from reconciler.sim.registry import SimRegistry
 from reconciler.sim.sharedclient import SharedStandinClient
 from reconciler.sim.standin_ray import engine_argv
@@ -63,6 +64,7 @@ class SimContainerRuntime:
         self.daemon.device_paths = self._device_paths  # docker finds the devices the probe reports
         self.daemon.driver_cuda = lambda: self.facts.info.cuda if self.facts.info.driver else None
         self.ports = ports or ListeningTable()  # the fleet's shared table, or one read afresh on every probe
+        self.probe_files = SimProbeFiles(self.work_dir / "fs")  # the installed probe program, a real file
         self.docker_available = True  # False: a host where `docker` is not installed
         self.latency: dict[str, float] = {}
         """Seconds to wait before answering, by fact marker (`lanes-lease`) or `docker <verb>`."""
@@ -99,7 +101,10 @@ class SimContainerRuntime:
         """Whether the command reads stdin (the env-file writer, the model check and the model folders)."""
         if modelfiles.wants_stdin(list(argv)):
             return True
-        return fc.command_marker(argv) == fc.ENVFILE_MARKER and list(argv[5:6]) == ["write"]
+        marker = fc.command_marker(argv)
+        if marker == fc.PROBE_MARKER:
+            return argv[3] == fc.LAUNCHER_SCRIPT and list(argv[5:6]) == ["install"]  # the program comes on stdin
+        return marker == fc.ENVFILE_MARKER and list(argv[5:6]) == ["write"]
 
     # -- the one entry point -------------------------------------------------
 
@@ -144,7 +149,12 @@ class SimContainerRuntime:
         try:
             if marker == fc.PROBE_MARKER:
                 probe = fc.read_probe_argv(argv)
-                expected = fc.probe_argv(probe.model_paths, probe.lease_file, probe.disk_path)
+                paths = (probe.model_paths, probe.lease_file, probe.disk_path)
+                if probe.mode == "inline":
+                    expected = fc.probe_argv(*paths)
+                else:
+                    assert probe.program_path is not None
+                    expected = fc.installed_probe_argv(probe.mode, probe.program_path, probe.known, *paths)
             elif marker == fc.LEASE_MARKER:
                 lease = fc.read_lease_argv(argv)
                 expected = fc.lease_argv(lease.action, lease.lease_file, lease.owner, lease.ttl_s)
@@ -159,6 +169,11 @@ class SimContainerRuntime:
         if list(argv) != expected:
             return 2, "", f"{marker}: argv differs from what reconciler.facts.commands builds\n"
         if marker == fc.PROBE_MARKER:
+            if probe.mode != "inline":
+                install = probe.mode == "install"
+                refused = self.probe_files.install(probe, stdin or "") if install else self.probe_files.check(probe)
+                if refused is not None:
+                    return refused[0], "", refused[1]
             return 0, self._probe(probe), ""
         if marker == fc.LEASE_MARKER:
             status, out = self.facts.lease(lease)

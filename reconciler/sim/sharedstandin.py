@@ -176,7 +176,7 @@ class SharedStandin:
         self._live[cid] = container
         behaviour = Behaviour.from_env({str(k): str(v) for k, v in dict(msg.get("env") or {}).items()})
         argv = [str(a) for a in msg.get("argv") or []]
-        refused = engine_refusal(argv, behaviour.version)
+        refused = engine_refusal(argv, behaviour.version, behaviour.parser)
         if refused is not None:
             # As the engine's argparse: usage and error on stderr, exit 2, on a worker rank too (standin.py).
             status, text = refused

@@ -196,7 +196,8 @@ class SimSparkInfo:
         if not self.nvidia_smi:
             errors.append("nvidia-smi: not found")
         else:
-            smi = _SMI.format(driver=self.driver or "N/A", cuda=self.cuda)
+            table = _SMI.format(driver=self.driver or "N/A", cuda=self.cuda)
+            smi = "".join(line for line in table.splitlines(keepends=True) if "CUDA Version" in line)  # as sent
             apps = "".join(f"{pid}\n" for pid in self.gpu_processes)
         if self.rdma is None:
             errors.append("/sys/class/infiniband: Permission denied")

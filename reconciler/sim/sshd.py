@@ -94,6 +94,10 @@ class SimHost:
         self.connections: set[asyncssh.SSHServerConnection] = set()
         self.handshakes = 0
         """Connections ever accepted: a client that pools its connections adds none per cycle."""
+        self.bytes_in = 0
+        """Bytes of every command line and stdin received (what a probe costs on the wire, less SSH framing)."""
+        self.bytes_out = 0
+        """Bytes of every stdout and stderr sent back."""
         self._acceptor: asyncssh.SSHAcceptor | None = None
 
     @property
@@ -141,6 +145,7 @@ class SimHost:
             return
         self.commands.append(argv)
         stdin = await process.stdin.read() if self.runtime.wants_stdin(argv) else None
+        self.bytes_in += len(command.encode()) + len((stdin or "").encode())
         # sshd hangs up a session's command when its client goes away; a command still waiting to run
         # (a slow host) then never runs, so it is cancelled here the same way.
         work = asyncio.ensure_future(self.runtime.execute(argv, stdin))
@@ -157,6 +162,7 @@ class SimHost:
         except Exception as exc:  # a bug in the sim must reach the test as a failed command
             log.exception("sim host %s failed on %s", self.name, argv[:3])
             status, out, err = 1, "", f"sim: internal error: {exc!r}\n"
+        self.bytes_out += len(out.encode()) + len(err.encode())
         try:
             process.stdout.write(out)
             process.stderr.write(err)

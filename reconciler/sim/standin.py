@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shown:  # an engine that prints a variable of its environment at start, as engines at debug level do
         log(f"environment: {shown}={os.environ.get(shown, '')}")
     behaviour = Behaviour.from_env(dict(os.environ))
-    refused = engine_refusal(rest, behaviour.version)
+    refused = engine_refusal(rest, behaviour.version, behaviour.parser)
     if refused is not None:
         status, text = refused
         sys.stderr.write(text)

@@ -15,18 +15,23 @@ change and before the next change of the same lane is attached to it.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pygit2
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
+from reconciler.errors import InputError, TransientError
 from reconciler.source.gitread import resolve
 from reconciler.source.notes import NOTES_REF, read_note
+from reconciler.spec.yamlsrc import parse_yaml
 
 YAML_SUFFIXES = (".yaml", ".yml")
+
+
+class WalkStoppedError(TransientError):
+    """The caller stopped the walk (its request timed out or went away): no thread outlives its reader."""
+
 
 FileStatus = Literal["added", "modified", "removed"]
 
@@ -114,10 +119,12 @@ def _plain(value: Any) -> Any:
 
 
 def _load(path: str, data: bytes) -> tuple[Any, str | None]:
+    # The state loader's parser, with its size, alias and depth caps: any pushed commit is walked here, a
+    # refused one too, and a 408-byte alias bomb once made a 28 MB dashboard page through this walk.
     try:
-        doc = YAML(typ="safe", pure=True).load(data.decode("utf-8"))
-    except (YAMLError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return None, f"{path}: not valid YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        doc = parse_yaml(path or "(lane file)", data).value
+    except InputError as exc:
+        return None, f"{path}: not valid YAML: {exc.message}"
     return _plain(doc), None
 
 
@@ -223,13 +230,23 @@ def history(
     evidence_dir: str = "evidence",
     limit: int = 200,
     notes_ref: str = NOTES_REF,
+    stop: Callable[[], bool] | None = None,
+    max_commits: int | None = None,
 ) -> dict[str, list[LaneChange]]:
-    """Per lane (all lanes when `lanes` is None), its changes newest first, at most `limit` each."""
+    """Per lane (all lanes when `lanes` is None), its changes newest first, at most `limit` each.
+
+    `stop` is asked before each commit and ends the walk with WalkStoppedError when it says so (the
+    dashboard's request is over); `max_commits` bounds how far back the walk goes.
+    """
     lanes_dir = posixpath.join(state_dir, "lanes")
     models_dir = posixpath.join(state_dir, "models")
     out: dict[str, list[LaneChange]] = {}
     pending_evidence: dict[str, list[str]] = {}
-    for commit in _first_parent_walk(repo, resolve(repo, rev)):
+    for walked, commit in enumerate(_first_parent_walk(repo, resolve(repo, rev))):
+        if stop is not None and stop():
+            raise WalkStoppedError(f"history walk stopped after {walked} commits")
+        if max_commits is not None and walked >= max_commits:
+            break
         parent_tree = commit.parents[0].tree if commit.parents else None
         tree = commit.tree
         per_lane: dict[str, list[FileChange]] = {}
@@ -341,9 +358,12 @@ def lane_history(
     rev: str = "HEAD",
     state_dir: str = "state",
     limit: int = 200,
+    stop: Callable[[], bool] | None = None,
+    max_commits: int | None = None,
 ) -> list[LaneChange]:
     """Every first-parent commit that changed `state/lanes/<lane>.yaml` (or its model file), newest first."""
-    return history(repo, {lane}, rev=rev, state_dir=state_dir, limit=limit).get(lane, [])
+    found = history(repo, {lane}, rev=rev, state_dir=state_dir, limit=limit, stop=stop, max_commits=max_commits)
+    return found.get(lane, [])
 
 
 def change_to_json(change: LaneChange) -> dict[str, Any]:

@@ -38,9 +38,12 @@ from pathlib import Path
 from typing import Literal
 
 import pygit2
+import structlog
 
 from reconciler.errors import TransientError
 from reconciler.source.notes import NOTES_REF, merge_notes
+
+log = structlog.get_logger(__name__)
 
 NOTES_TRACKING_REF = "refs/notes-origin/lanes"
 """Where the remote's notes land; outside refs/notes/ so `git log --notes=*` does not show them twice."""
@@ -134,8 +137,11 @@ class Mirror:
         transport: Transport = "auto",
         timeout_s: float = GIT_TIMEOUT_S,
         credential_file: Path | None = None,
+        notes_signing_key: Path | None = None,
     ) -> None:
         self.url, self._url_credential = split_userinfo(url)
+        self.notes_signing_key = notes_signing_key
+        """With signing on, the key every notes commit of the daemon is signed with (source.notes)."""
         """Without credentials: what the remote is configured with and what every message says."""
         self.credential_file = credential_file
         self.path = Path(path)
@@ -210,10 +216,17 @@ class Mirror:
         try:
             # A local branch at the same commit keeps HEAD meaningful in the bare mirror.
             repo.references.create(f"refs/heads/{self.branch}", head, force=True)
-            merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF)
+            foreign = merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF, signing_key=self.notes_signing_key)
         except (pygit2.GitError, OSError) as exc:
             # The mirror's own disk (full, read-only): the fetched head is still known, say why the rest is not.
             raise TransientError(f"{self.path}: cannot update the mirror after fetching {self.url}: {exc}") from exc
+        if foreign:
+            # The remote's notes tip is not ours (pushed by someone): put the daemon's notes back on top now,
+            # not at its next verdict, so a fresh clone reads the daemon's record again.
+            try:
+                self._push_notes()
+            except TransientError as exc:
+                log.warning("notes.push_failed", error=str(exc))
         return str(head)
 
     def _fetch(self, specs: list[str]) -> None:
@@ -275,7 +288,7 @@ class Mirror:
             except PushRejectedError as exc:
                 last = exc
             self._fetch([NOTES_FETCH_SPEC])
-            merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF)
+            merge_notes(repo, NOTES_TRACKING_REF, NOTES_REF, signing_key=self.notes_signing_key)
         raise TransientError(f"{self.url}: push of {NOTES_REF} still refused after {PUSH_ATTEMPTS} retries: {last}")
 
     def push_ref(self, local_ref: str, remote_ref: str) -> None:

@@ -4,17 +4,29 @@
 (applied, denied by which rule, failed, rolled back) without access to the
 control node's journal. A note holds one entry per verdict: human-readable
 `lanes: ...` lines followed by one JSON line that tools parse back
-(`parse_note`). Entries are separated by a blank line, so two notes for the
-same commit written on different machines merge by keeping both entries.
+(`parse_note`). Entries are separated by a blank line.
+
+The notes ref is the daemon's own record, never a shared one: anyone who can
+push can push `refs/notes/lanes` too, and a pushed "applied" on a refused
+commit once became the daemon's own note by fast-forward. So the daemon never
+takes a note text from the remote: when the remote's notes tip is not one it
+wrote, it records a merge whose parents are both tips (its push stays a
+fast-forward, the forge's history is kept) and whose tree is its own notes
+alone. With signing on, every notes commit the daemon makes is SSH-signed
+with its evidence key, so `git verify-commit refs/notes/lanes` against the
+allowed signers tells the daemon's notes from a pushed tip.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pygit2
+
+from reconciler.source.signatures import ssh_sign
 
 NOTES_REF = "refs/notes/lanes"
 NOTE_MARKER = "lanes_note"
@@ -87,7 +99,7 @@ def _entries(text: str) -> list[str]:
 
 
 def merge_note_texts(ours: str, theirs: str) -> str:
-    """Both sides' entries, ours first, each once: nothing either side recorded is lost."""
+    """Both texts' entries, ours first, each once (a verdict appended to the note already on a commit)."""
     merged = _entries(ours)
     merged += [entry for entry in _entries(theirs) if entry not in merged]
     return "\n\n".join(merged) + "\n"
@@ -101,11 +113,13 @@ def write_verdict_note(
     author_name: str = "lanes",
     author_email: str = "lanes@localhost",
     ref: str = NOTES_REF,
+    signing_key: Path | None = None,
 ) -> str:
     """Write the verdict on `sha` as a note, appending to an existing note; returns the note text.
 
     Writing the same verdict twice (a daemon restarted after writing it) leaves
-    the note as it was, so the history does not fill with repeats.
+    the note as it was, so the history does not fill with repeats. With
+    `signing_key`, the notes commit is SSH-signed (as the evidence commits are).
     """
     entry = format_entry(sha, verdict)
     existing = read_note(repo, sha, ref)
@@ -114,7 +128,28 @@ def write_verdict_note(
     text = merge_note_texts(existing, entry) if existing else entry + "\n"
     sig = _signature(author_name, author_email)
     repo.create_note(text, sig, sig, sha, ref, True)
+    if signing_key is not None:
+        _sign_tip(repo, ref, signing_key)
     return text
+
+
+def _commit(repo: pygit2.Repository, oid: pygit2.Oid | str) -> pygit2.Commit:
+    commit = repo[oid]
+    assert isinstance(commit, pygit2.Commit)
+    return commit
+
+
+def _sign_tip(repo: pygit2.Repository, ref: str, key: Path) -> None:
+    """Replace the ref's tip by the same commit (tree, parents, message) carrying the daemon's signature."""
+    tip = _commit(repo, repo.references[ref].target)
+    # The stub says Oid; libgit2 returns the commit object's text, which is what gets signed.
+    content = str(
+        repo.create_commit_string(
+            tip.author, tip.committer, tip.message, tip.tree_id, list[pygit2.Oid | str](tip.parent_ids)
+        )
+    )
+    signature = ssh_sign(key, content.encode()).decode()
+    repo.references[ref].set_target(repo.create_commit_with_signature(content, signature))
 
 
 def parse_note(text: str | None) -> list[dict[str, Any]]:
@@ -140,39 +175,30 @@ def merge_notes(
     *,
     author_name: str = "lanes",
     author_email: str = "lanes@localhost",
+    signing_key: Path | None = None,
 ) -> bool:
-    """Fold the notes at `theirs_ref` (fetched from the remote) into `ref`; True when `ref` moved.
+    """Make `ref` a descendant of the remote's notes tip (`theirs_ref`) without taking any of its texts.
 
-    Notes on different commits never conflict; a commit noted on both sides
-    keeps both texts. The result is a merge commit whose parents are both tips,
-    so pushing it to the remote is a fast-forward.
+    True when `ref` moved. The daemon's notes are its own record: a remote tip it did not write (pushed
+    by anyone with push access) is never adopted, neither by fast-forward nor by merging its texts.
+    When the remote's tip is not already in our history, the result is a commit whose parents are our
+    tip and theirs (so our push is a fast-forward and the forge's history is kept) and whose tree is
+    ours alone. Before the daemon wrote its first note there is nothing of ours to keep: no ref is made.
     """
     theirs = repo.references.get(theirs_ref)
-    if theirs is None:
-        return False
-    their_tip = theirs.target
     ours = repo.references.get(ref)
-    if ours is None:
-        repo.references.create(ref, their_tip)
-        return True
-    our_tip = ours.target
+    if theirs is None or ours is None:
+        return False
+    their_tip, our_tip = theirs.target, ours.target
     if our_tip == their_tip or repo.descendant_of(our_tip, their_tip):
         return False
-    if repo.descendant_of(their_tip, our_tip):
-        ours.set_target(their_tip)
-        return True
     sig = _signature(author_name, author_email)
-    # The stub omits the ref argument of Repository.notes; libgit2 takes it.
-    for note in list(repo.notes(theirs_ref)):  # type: ignore[call-arg]
-        annotated = str(note.annotated_id)
-        text = note.message
-        mine = read_note(repo, annotated, ref)
-        merged = text if mine is None else merge_note_texts(mine, text)
-        if merged != mine:
-            repo.create_note(merged, sig, sig, annotated, ref, True)
-    tip = repo.references[ref].target
-    tip_commit = repo[tip]
-    assert isinstance(tip_commit, pygit2.Commit)
-    merge = repo.create_commit(None, sig, sig, "Notes merged by lanes\n", tip_commit.tree_id, [tip, their_tip])
-    repo.references[ref].set_target(merge)
+    tree = _commit(repo, our_tip).tree_id
+    message = "Notes of lanes: the remote's notes tip kept as a parent, none of its texts taken\n"
+    if signing_key is None:
+        merge = repo.create_commit(None, sig, sig, message, tree, [our_tip, their_tip])
+    else:
+        content = str(repo.create_commit_string(sig, sig, message, tree, [our_tip, their_tip]))
+        merge = repo.create_commit_with_signature(content, ssh_sign(signing_key, content.encode()).decode())
+    ours.set_target(merge)
     return True

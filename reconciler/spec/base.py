@@ -39,3 +39,38 @@ class StrictModel(BaseModel):
     """A frozen model that rejects unknown fields."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def host_address_problem(value: str) -> str | None:
+    """Why `value` is not a host name (RFC 1123 labels) or an IP address, or None.
+
+    The address lands in ssh's and rsync's argv: an address like `-oProxyCommand=...` would be an
+    option to them, and a space, `@` or `:` would change what the destination means.
+    """
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        pass
+    else:
+        return None
+    labels = value.removesuffix(".").split(".")
+    if len(value) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+        return "is not a host name (letters, digits and '-' in dot-separated labels) or an IP address"
+    return None
+
+
+def _host_address(value: str) -> str:
+    problem = host_address_problem(value)
+    if problem is not None:
+        raise ValueError(f"{value[:80]!r} {problem}")
+    return value
+
+
+HostAddress = Annotated[
+    str, AfterValidator(_host_address), Field(min_length=1, description="a host name or an IP address")
+]

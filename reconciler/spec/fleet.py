@@ -23,7 +23,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from reconciler.spec.base import AbsPath, Name, StrictModel
+from reconciler.spec.base import AbsPath, HostAddress, Name, StrictModel
+from reconciler.spec.gateway import Gateway
 
 IFNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$"
 """A Linux interface name: at most 15 bytes (IFNAMSIZ 16 with the NUL), no '/', ':' or spaces."""
@@ -102,7 +103,7 @@ class OriginHost(StrictModel):
     reconciler's key and pinned host keys to copy model files from, never probed or reconciled."""
 
     name: Name
-    address: str = Field(min_length=1, description="IP or DNS name the control node reaches over SSH")
+    address: HostAddress = Field(description="IP or DNS name the control node reaches over SSH")
     ssh: SSHSettings = SSHSettings()
 
     def ssh_user(self, fleet: FleetDefaults) -> str:
@@ -131,6 +132,10 @@ class FleetDefaults(StrictModel):
         default=(),
         description="SSH hosts that hold checkpoints (a NAS) for models' `origin.host`; never reconciled",
     )
+    gateway: Gateway | None = Field(
+        default=None,
+        description="the gateway on the control node (reconciler.spec.gateway); unset: clients reach lanes directly",
+    )
 
     @field_validator("origins")
     @classmethod
@@ -149,7 +154,7 @@ class Host(StrictModel):
     """One Spark."""
 
     name: Name
-    address: str = Field(min_length=1, description="IP or DNS name the control node reaches over SSH")
+    address: HostAddress = Field(description="IP or DNS name the control node reaches over SSH")
     ssh: SSHSettings = SSHSettings()
     hardware: str = Field(default="gb10", description="a profile name in policies/hardware.yaml")
     data_plane: tuple[DataPort, ...] = Field(

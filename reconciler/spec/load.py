@@ -138,6 +138,7 @@ def load_desired(files: Mapping[str, bytes], commit: str, *, state_dir: str = "s
                     line=doc.line((field_name,)),
                     field=field_name if field_name == "upstream" else "track.source",
                 )
+    _check_gateway(files, fleet, lanes, fleet_path)
     for name, why in after_problems(lanes):
         path = lane_files[name]
         raise InputError(why, file=path, line=parse_yaml(path, files[path]).line(("after",)), field="after")
@@ -176,6 +177,30 @@ def _check_origin_names(fleet: FleetDefaults, hosts: Mapping[str, Host], fleet_p
                 f"origin '{origin.name}' has the name of a fleet host; give the origin another name",
                 file=fleet_path,
                 field=f"origins[{index}].name",
+            )
+
+
+def _check_gateway(
+    files: Mapping[str, bytes], fleet: FleetDefaults, lanes: Mapping[str, Lane], fleet_path: str
+) -> None:
+    """Every lane the gateway routes to exists and serves the name it is listed under: the gateway forwards a
+    request's `model` unchanged, so an engine serving another name would refuse it."""
+    if fleet.gateway is None:
+        return
+    for model, names in fleet.gateway.models.items():
+        for index, name in enumerate(names):
+            lane = lanes.get(name)
+            if lane is not None and lane.served_name == model:
+                continue
+            if lane is None:
+                why = f"lane '{name}' is not defined in state/lanes/ (known: {', '.join(sorted(lanes)) or 'none'})"
+            else:
+                why = f"lane '{name}' serves '{lane.served_name}', not '{model}' (its served_model_name, or its model)"
+            raise InputError(
+                f"gateway model '{model}': {why}",
+                file=fleet_path,
+                line=parse_yaml(fleet_path, files[fleet_path]).line(("gateway", "models", model, index)),
+                field=f"gateway.models.{model}[{index}]",
             )
 
 

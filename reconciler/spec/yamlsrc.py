@@ -20,6 +20,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from reconciler.errors import InputError
+from reconciler.spec.yamlresolver import FixedVersionResolver
 
 MAX_FILE_BYTES = 1 << 20
 """State files are small; a bigger one is a mistake or an attack."""
@@ -62,6 +63,7 @@ def _safe_loader() -> YAML:
     loader: YAML | None = getattr(_LOADERS, "safe", None)
     if loader is None:
         loader = YAML(typ="safe", pure=False)
+        loader.Resolver = FixedVersionResolver  # the C parser's version never changes: look its rules up once
         _LOADERS.safe = loader
     return loader
 

@@ -39,6 +39,8 @@ class Store:
 
     def __init__(self, path: str | Path, *, hold_writes: bool = False) -> None:
         self.path = Path(path)
+        self.opened = time.time()
+        """When this process opened the journal: a lane operation recorded before it is not in flight."""
         self.db = open_db(self.path)
         self._migrate()
         self.held = HeldWrites(self.path) if hold_writes else None
@@ -184,6 +186,8 @@ class Store:
         return [rec for rec in (self.lane(n) for n in sorted(names)) if rec is not None]
 
     def update_lane(self, name: str, **fields: Any) -> None:
+        """The row write under the lane writer (`reconciler.store.lanewriter`), the only code that calls it; tests
+        seed journals with it."""
         row = row_from_fields(name, time.time(), fields)
         if not self._write(lambda: self.db.table("lanes").upsert(row, pk="name", alter=False)):
             self._held_lanes.setdefault(name, {}).update(row)
@@ -200,12 +204,11 @@ class Store:
         return {r.name: (r.retry_fingerprint, r.retry_at) for r in self.lanes() if r.retry_fingerprint and r.retry_at}
 
     def clear_failed(self, name: str) -> bool:
-        """`lanes retry`: the condemned spec, and any backoff, no longer hold the lane back."""
-        rec = self.lane(name)
-        if rec is None or not (rec.failed_fingerprint or rec.retry_fingerprint):
-            return False
-        self.update_lane(name, failed_fingerprint=None, retry_at=None, retry_fingerprint=None, transient_failures=0)
-        return True
+        """`lanes retry`: the condemned spec, and any backoff, no longer hold the lane back (as a `Retried` event
+        through the one writer of lane state, `reconciler.store.lanewriter`)."""
+        from reconciler.store.lanewriter import retry  # the writer reads and writes through this class
+
+        return retry(self, name)
 
     # -- commits ---------------------------------------------------------------
 

@@ -12,6 +12,23 @@ from typing import Any
 
 from reconciler.logsetup import redact
 
+TYPED_LANE_COLUMNS = (
+    "healthy_fingerprint",
+    "hold",
+    "hold_by",
+    "hold_why",
+    "tx_kind",
+    "tx_fingerprint",
+    "tx_commit",
+    "tx_phase",
+    "tx_started",
+    "tx_deadline",
+    "tx_before",
+    "error_engine",
+    "error_at",
+)
+"""The columns of the typed lane state (issue 23) that the older columns do not already hold."""
+
 LANE_COLUMNS = (
     "name",
     "desired",
@@ -35,6 +52,7 @@ LANE_COLUMNS = (
     "held_until",
     "staging",
     "swap_undone",
+    *TYPED_LANE_COLUMNS,
 )
 
 ADDED_LANE_COLUMNS: dict[str, type] = {
@@ -47,6 +65,21 @@ ADDED_LANE_COLUMNS: dict[str, type] = {
     "held_until": float,
     "staging": str,
     "swap_undone": str,
+    # The typed lane state (`reconciler.lane.LaneState`, issue 23): a journal from before has none of them, and
+    # its state is read from the columns above (`reconciler.store.lanestate.state_from_record`).
+    "healthy_fingerprint": str,
+    "hold": str,
+    "hold_by": str,
+    "hold_why": str,
+    "tx_kind": str,
+    "tx_fingerprint": str,
+    "tx_commit": str,
+    "tx_phase": str,
+    "tx_started": float,
+    "tx_deadline": float,
+    "tx_before": str,
+    "error_engine": str,
+    "error_at": float,
 }
 """Columns added after the first release, with their types: an older journal gets them on open."""
 ADDED_APPLY_COLUMNS: dict[str, type] = {"cause": str, "drift": str}
@@ -89,6 +122,24 @@ class LaneRecord:
     """Set when this lane's last failure undid a swap (it did not take the hosts another lane gave it): what was
     undone, said for people. The planner holds that swap's lanes while this lane's failed spec is held; a new
     transaction of the lane clears it."""
+    healthy_fingerprint: str | None = None
+    """The fingerprint of `healthy_specs` (None in a journal from before the typed state)."""
+    hold: str | None = None
+    """The kind of the lane's hold (`reconciler.store.lanestate.HOLD_KINDS`); None in a journal from before the
+    typed state, whose hold is read from `failed_fingerprint`, `retry_*` and `held_until`; "" for no hold."""
+    hold_by: str | None = None
+    hold_why: str | None = None
+    tx_kind: str | None = None
+    """The transaction in flight (`reconciler.lane.Transaction`), None when there is none."""
+    tx_fingerprint: str | None = None
+    tx_commit: str | None = None
+    tx_phase: str | None = None
+    tx_started: float | None = None
+    tx_deadline: float | None = None
+    tx_before: str | None = None
+    error_engine: str | None = None
+    """The engine's own words beside `last_error`, when an engine spoke."""
+    error_at: float | None = None
 
 
 def record_from_row(row: dict[str, Any]) -> LaneRecord:
@@ -117,6 +168,7 @@ def record_from_row(row: dict[str, Any]) -> LaneRecord:
         held_until=row["held_until"],
         staging=json.loads(row["staging"]) if row.get("staging") else None,
         swap_undone=row["swap_undone"],
+        **{column: row[column] for column in TYPED_LANE_COLUMNS},
     )
 
 
@@ -126,7 +178,7 @@ def row_from_fields(name: str, updated: float, fields: dict[str, Any]) -> dict[s
     for key, value in fields.items():
         if key in JSON_LANE_FIELDS:
             row[key] = None if value is None else json.dumps(list(value) if key == "hosts" else value, default=str)
-        elif key == "last_error" and isinstance(value, str):
+        elif key in {"last_error", "error_engine"} and isinstance(value, str):
             row[key] = redact(value)  # remote output can quote a secret (issue 14)
         else:
             row[key] = value

@@ -7,11 +7,15 @@ stopped), so a fresh daemon's status is complete from its first second.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.facts.enginelog import engine_words
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
+from reconciler.store.suspensions import suspensions
 
 
 def drift_text(drift: dict[str, Any] | None) -> str:
@@ -30,10 +34,40 @@ def trouble_text(row: dict[str, Any]) -> str:
 
     The drift is left out when the error already names it (a held lane's serving spec put back says so).
     """
-    error, drift = row.get("last_error") or "", drift_text(row.get("drift"))
+    error, drift = error_text(row), drift_text(row.get("drift"))
     if drift and drift.removeprefix("repaired: ") in error:
         drift = ""
     return "; ".join(part for part in (error, drift) if part)
+
+
+def error_text(row: Mapping[str, Any]) -> str:
+    """A status row's last error with the engine's own words after it ('' when there is none)."""
+    error, engine = row.get("last_error") or "", row.get("engine_error") or ""
+    if engine and engine not in error:
+        return f"{error}; engine: {engine}" if error else f"engine: {engine}"
+    return error
+
+
+def suspension_text(row: dict[str, Any]) -> str:
+    """A runtime hold, as a person reads it in a status row ('' when the lane is not suspended at runtime)."""
+    held = row.get("suspension")
+    if not held:
+        return ""
+    return f"suspended by {held['by']} at {held['at']}: {held['reason']} (`lanes resume {row['name']}`)"
+
+
+def last_engine_error(store: Store, lane: str) -> str | None:
+    """The engine's own words from the lane's latest failed apply (its ranks' log tails), or None."""
+    rows = store.db.table("applies").rows_where(
+        "lane = ? and result in ('failed', 'rolled-back')", [lane], order_by="id desc", limit=1, select="logs"
+    )
+    for row in rows:
+        try:
+            logs = json.loads(row["logs"] or "{}")
+        except ValueError:
+            return None
+        return engine_words(logs) if isinstance(logs, dict) else None
+    return None
 
 
 def instant_text(epoch: float | None) -> str | None:
@@ -52,6 +86,7 @@ def held_text(row: dict[str, Any]) -> str:
 
 def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, Any]]:
     records = {r.name: r for r in store.lanes()}
+    held = suspensions(store)
     names = sorted(set(records) | set(desired.lanes if desired else ()))
     rows = []
     for name in names:
@@ -59,6 +94,7 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
         lane = desired.lanes.get(name) if desired else None
         want = lane.desired if lane else (rec.desired if rec else "stopped")
         health = ("stopped" if want == "stopped" else "progressing") if rec is None else rec.health
+        hold = held.get(name)
         rows.append(
             {
                 "name": name,
@@ -68,12 +104,18 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
                 "desired_commit": rec.desired_commit if rec else (desired.commit if desired else None),
                 "hosts": list(lane.hosts if lane else (rec.hosts if rec else ())),
                 "last_error": rec.last_error if rec else None,
+                # The engine's own reason when the last error is a failed rollout (`a rank exited ...`).
+                "engine_error": last_engine_error(store, name) if rec and rec.last_error else None,
+                # No record: the journal never saw the lane applied (`progressing` is what is wanted of it).
+                "never_applied": rec is None,
                 "timings": rec.timings if rec else {},
                 "evidence": rec.evidence if rec else {},
                 "updated": rec.updated if rec else None,
                 "drift": rec.drift if rec else None,
                 # Suspended is what the lane file says now; held is what the last cycle decided.
-                "suspended": bool(lane.suspended) if lane else False,
+                "suspended": (bool(lane.suspended) if lane else False) or hold is not None,
+                # A runtime hold (`lanes suspend`): who, why, when; the planner leaves the lane alone as well.
+                "suspension": hold.as_json() if hold else None,
                 "held_until": instant_text(rec.held_until) if rec else None,
                 "staging": rec.staging if rec else None,
             }

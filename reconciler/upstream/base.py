@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reconciler.cancel import raise_if_cancel_requested
 from reconciler.errors import PermanentError, TransientError
+from reconciler.upstream.bounded import ANSWER_DEADLINE_S, MAX_ANSWER_BYTES, read_bounded
 from reconciler.upstream.store import PollState, UpstreamStore
 
 log = structlog.get_logger(__name__)
@@ -76,6 +77,12 @@ class PollSettings(BaseModel):
     max_subjects: int = Field(default=200, ge=1, description="commit subjects kept per new git head")
     secondary_wait_s: float = Field(default=60.0, gt=0, description="wait after a 429 that names no reset")
     concurrency: int = Field(default=4, ge=1)
+    max_answer_bytes: int = Field(
+        default=MAX_ANSWER_BYTES, ge=1024, description="largest answer body read from an upstream (decoded)"
+    )
+    answer_deadline_s: float = Field(
+        default=ANSWER_DEADLINE_S, gt=0, description="time to read one answer body whole (against a slow drip)"
+    )
 
 
 @dataclass
@@ -281,11 +288,12 @@ class Requester:
             self.count += 1
             try:
                 request = self.client.build_request(method, url, headers={"User-Agent": USER_AGENT, **(headers or {})})
-                response = await self.client.send(request, auth=auth)
+                response = await self.client.send(request, auth=auth, stream=True)
             except httpx.TransportError as exc:
                 raise_if_cancel_requested()
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue
+            await read_bounded(response, self.settings.max_answer_bytes, self.settings.answer_deadline_s)
             if response.status_code in RETRY_STATUSES and "retry-after" not in response.headers:
                 last = f"HTTP {response.status_code}"
                 continue

@@ -24,6 +24,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from reconciler.errors import PermanentError, TransientError
+from reconciler.upstream.bounded import answer_json
 
 
 class ForgeSettings(BaseModel):
@@ -61,7 +62,7 @@ def _headers(forge: ForgeSettings, token: str | None) -> dict[str, str]:
 
 def _check(response: httpx.Response, what: str) -> Any:
     if response.status_code in (200, 201):
-        return response.json()
+        return answer_json(response, what)
     if response.status_code >= 500:
         raise TransientError(f"{what}: the forge answered HTTP {response.status_code}")
     detail = response.text[:200].replace("\n", " ")

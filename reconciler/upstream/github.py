@@ -14,7 +14,6 @@ and only to a host the daemon's settings declare for it, over https
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +21,7 @@ import httpx
 import structlog
 
 from reconciler.errors import PermanentError, TransientError
+from reconciler.spec.saferegex import SafePattern, compile_pattern
 from reconciler.spec.upstream import GitHubReleases
 from reconciler.upstream.base import (
     Clock,
@@ -35,6 +35,7 @@ from reconciler.upstream.base import (
     mark_polled,
     rate_limited_until,
 )
+from reconciler.upstream.bounded import answer_json
 from reconciler.upstream.store import PollState, ReleaseRecord, UpstreamStore
 from reconciler.upstream.versions import parse_tag, valid_tag
 
@@ -94,7 +95,7 @@ async def _poll(
     clock: Clock,
 ) -> PollResult:
     known = store.known_tags(source.name)
-    tag_filter = re.compile(source.tag_filter) if source.tag_filter else None
+    tag_filter = compile_pattern(source.tag_filter) if source.tag_filter else None
     url: str | httpx.URL = _first_url(source, settings)
     new: list[str] = []
     etag: str | None = None
@@ -116,7 +117,7 @@ async def _poll(
         _check(response, source)
         if page == 0:
             etag = response.headers.get("etag")
-        items = response.json()
+        items = answer_json(response, f"{source.repo}: releases")
         if not isinstance(items, list):
             raise TransientError(f"{source.repo}: releases answer is not a list")
         seen_known = False
@@ -164,7 +165,7 @@ def _record(
     source: GitHubReleases,
     store: UpstreamStore,
     item: Any,
-    tag_filter: re.Pattern[str] | None,
+    tag_filter: SafePattern | None,
     clock: Clock,
 ) -> str | None:
     """Store one release of the listing; the tag, or None for drafts and filtered tags."""

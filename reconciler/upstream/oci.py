@@ -12,7 +12,6 @@ spends a bounded share of the quota on the newest of them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import date
@@ -22,8 +21,10 @@ import structlog
 from packaging.version import Version
 
 from reconciler.errors import PermanentError, TransientError
+from reconciler.spec.saferegex import compile_pattern
 from reconciler.spec.upstream import OCIRepository
 from reconciler.upstream.base import Clock, PollResult, PollSettings, Requester, failed, mark_polled, rate_limited_until
+from reconciler.upstream.bounded import answer_json
 from reconciler.upstream.registry import RegistryClient, credential_for, manifest_digest, raise_for
 from reconciler.upstream.store import PollState, ReleaseRecord, UpstreamStore
 from reconciler.upstream.versions import date_in_tag, parse_tag, valid_tag
@@ -86,7 +87,7 @@ async def _poll(
             raise_for(response, what)
         if page == 0:
             etag = response.headers.get("etag")
-        body = response.json()
+        body = answer_json(response, f"{what}: tags")
         page_tags = body.get("tags") if isinstance(body, dict) else None
         for tag in page_tags or []:
             if valid_tag(tag):
@@ -105,7 +106,7 @@ async def _poll(
 
 
 def _matching(source: OCIRepository, tags: Sequence[str]) -> list[str]:
-    pattern = re.compile(source.tag_filter) if source.tag_filter else None
+    pattern = compile_pattern(source.tag_filter) if source.tag_filter else None
     return newest_first(t for t in set(tags) if pattern is None or pattern.search(t))
 
 

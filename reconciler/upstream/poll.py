@@ -13,18 +13,25 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 import httpx
+import structlog
 
 from reconciler.spec.upstream import GitHead, GitHubReleases, OCIRepository, UpstreamsFile, UpstreamSource
-from reconciler.upstream.base import USER_AGENT, Clock, PollResult, PollSettings
+from reconciler.upstream.base import USER_AGENT, Clock, PollResult, PollSettings, failed
+from reconciler.upstream.bounded import BoundedTransport
 from reconciler.upstream.githead import poll_git_head
 from reconciler.upstream.github import poll_github
 from reconciler.upstream.oci import poll_oci
 from reconciler.upstream.store import UpstreamStore
 
+log = structlog.get_logger(__name__)
+
 
 def make_client(settings: PollSettings) -> httpx.AsyncClient:
     """One client for all HTTP sources; redirects followed (httpx drops Authorization across hosts)."""
-    return httpx.AsyncClient(timeout=settings.timeout_s, follow_redirects=True, headers={"User-Agent": USER_AGENT})
+    transport = BoundedTransport(httpx.AsyncHTTPTransport(), settings.max_answer_bytes)
+    return httpx.AsyncClient(
+        timeout=settings.timeout_s, follow_redirects=True, headers={"User-Agent": USER_AGENT}, transport=transport
+    )
 
 
 async def poll_source(
@@ -65,9 +72,22 @@ async def poll_all(
 
     async def one(source: UpstreamSource) -> PollResult:
         async with gate:
-            result = await poll_source(source, store, settings, client=client, clock=clock)
+            try:
+                result = await poll_source(source, store, settings, client=client, clock=clock)
+            except Exception as exc:
+                result = _failed_unexpectedly(source, store, settings, clock, exc)
         if on_result is not None:
             on_result(result)
         return result
 
     return list(await asyncio.gather(*(one(s) for s in sources)))
+
+
+def _failed_unexpectedly(
+    source: UpstreamSource, store: UpstreamStore, settings: PollSettings, clock: Clock | None, exc: Exception
+) -> PollResult:
+    """A poller raised what it should have turned into a result: record it as this source's failure, backed off."""
+    error = f"unexpected {type(exc).__name__}: {str(exc)[:200]}"
+    log.error("upstream.poll_crashed", source=source.name, kind=source.kind, error=error)
+    state = store.poll_state(source.name)
+    return failed(source.name, source.kind, store, state, error, 0, settings, clock or Clock())

@@ -30,6 +30,7 @@ from reconciler.errors import PermanentError, TransientError
 from reconciler.spec.upstream import OCIRepository, UpstreamSource
 from reconciler.upstream.base import Clock, Credential, PollSettings, Requester
 from reconciler.upstream.base import credential_for as _declared_for
+from reconciler.upstream.bounded import answer_json
 from reconciler.upstream.store import UpstreamStore
 
 MANIFEST_TYPES = (
@@ -163,7 +164,7 @@ class RegistryClient:
         response = await self.requester.send("GET", url, auth=auth)
         if response.status_code != 200:
             raise PermanentError(f"{self.registry}: token request refused (HTTP {response.status_code})")
-        body = response.json()
+        body = answer_json(response, f"{self.registry}: token realm")
         token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
             raise PermanentError(f"{self.registry}: token answer holds no token")

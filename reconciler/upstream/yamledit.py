@@ -19,7 +19,8 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
-from reconciler.errors import PermanentError
+from reconciler.errors import InputError, PermanentError
+from reconciler.spec.yamlsrc import parse_yaml
 
 EDITED_KEYS = ("image", "engine_version")
 _INDENTS = ((2, 4, 2), (2, 2, 0), (4, 6, 4), (4, 4, 0), (4, 4, 2), (2, 4, 0), (3, 5, 3))
@@ -62,6 +63,10 @@ def _same_style(old: Any, new: str) -> Any:
 
 def bump_lane(text: str, *, image: str, engine_version: str, path: str) -> str:
     """The lane file with `image:` and `engine_version:` set; every other byte as it was."""
+    try:
+        parse_yaml(path, text.encode())  # the state loader's size, alias and depth caps before ruamel's round trip
+    except InputError as exc:
+        raise PermanentError(str(exc)) from None
     yaml = _round_tripper(text, path)
     doc = yaml.load(text)
     if not isinstance(doc, CommentedMap) or any(key not in doc for key in EDITED_KEYS):

@@ -79,10 +79,11 @@ def test_the_human_output_shows_the_budget_table() -> None:
 
 def test_check_reads_the_commit_not_the_working_tree(tmp_path: Path) -> None:
     make_repo(tmp_path)
-    (tmp_path / "state" / "lanes").mkdir(parents=True)
+    (tmp_path / "state" / "lanes").mkdir(parents=True, exist_ok=True)
     (tmp_path / "state" / "lanes" / "broken.yaml").write_text("engine: [")
-    code, _ = check(tmp_path)
+    code, out = check(tmp_path)
     assert code == 0
+    assert "state/lanes/broken.yaml (new)" in out  # and it says what it did not check
 
 
 def test_rev_selects_an_older_commit(tmp_path: Path) -> None:
@@ -171,3 +172,64 @@ def test_random_mutations_of_valid_yaml_exit_2_with_file_and_field(target: str, 
     if how in {"unknown-field", "wrong-type"}:
         assert error["field"], error
     assert "Traceback" not in out
+
+
+def test_check_says_who_judged_each_lanes_flags_and_a_kept_image_refusal_denies(tmp_path: Path) -> None:
+    from reconciler.cli.common import load_commit
+    from reconciler.execute.preflight import head_key
+    from reconciler.policy import evaluate
+    from reconciler.store import preflight as kept
+    from reconciler.store.journal import Store
+    from tests.support.example import EUGR
+
+    db = tmp_path / "lanes.db"
+    code, out = check(ROOT, "--json", "--db", str(db))  # no journal yet: tables judge, or nothing
+    judged = json.loads(out)["flags_judged"]
+    assert code == 0
+    assert judged[EUGR] == {"judged_by": "table", "table": "vllm-0.32.0", "how": "chosen", "exact": False}
+    assert judged[MINIMAX] == {"judged_by": "none", "preflight": False}
+
+    loaded = load_commit(str(ROOT), "HEAD")
+    spec = evaluate(loaded.desired, loaded.policies).rendered[EUGR][0][1]
+    found = head_key("vllm", spec)
+    assert found is not None
+    digest, argv, key = found
+    store = Store(db)
+    said = "vllm: error: unrecognized arguments: --enable-prefix-cachng"
+    kept.record(store, key=key, engine="vllm", digest=digest, image=spec.image, argv=json.dumps(argv),
+                outcome="refused", message=said, stderr="", host="dgx5", lane=EUGR)  # fmt: skip
+    store.close()
+    code, out = check(ROOT, "--json", "--db", str(db))
+    verdict = json.loads(out)
+    assert code == 1
+    assert verdict["flags_judged"][EUGR]["judged_by"] == "image"
+    assert verdict["flags_judged"][EUGR]["outcome"] == "refused"
+    (deny,) = [v for v in verdict["violations"] if v["severity"] == "deny"]
+    assert (deny["rule"], deny["lane"]) == ("engine-preflight", EUGR) and deny["message"].endswith(said)
+    code, out = check(ROOT, "--db", str(db))
+    assert f"{EUGR}: by its image's own parser on dgx5 (refused, kept verdict): {said}" in " ".join(out.split())
+
+
+def test_uncommitted_changes_are_named_and_checked_with_worktree(tmp_path: Path) -> None:
+    """HEAD passes; the file on disk does not: `check` says the edit is not what it checked; --worktree checks it."""
+    repo = tmp_path / "state"
+    make_repo(repo)
+    lane = repo / "state" / "lanes" / f"{PRODUCTION}.yaml"
+    text = lane.read_text()
+    assert "@sha256:" in text
+    lane.write_text(re.sub(r"@sha256:[0-9a-f]{64}", ":latest", text))  # unpinned: image-digest denies it
+    result = runner.invoke(app, ["check", "--repo", str(repo), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["ok"] is True and out["exit_code"] == 0
+    assert out["uncommitted"] == [{"path": f"state/lanes/{PRODUCTION}.yaml", "status": "modified"}]
+    assert f"uncommitted changes are not checked (this checks HEAD {out['commit'][:12]})" in result.stderr
+    assert "--worktree" in result.stderr
+    result = runner.invoke(app, ["check", "--repo", str(repo), "--json", "--worktree"])
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    assert out["ok"] is False and out["exit_code"] == 1 and out["worktree"] is True
+    assert any(v["rule"] == "image-digest" and v["lane"] == PRODUCTION for v in out["violations"])
+    assert pygit2.Repository(str(repo)).status() == {
+        f"state/lanes/{PRODUCTION}.yaml": pygit2.enums.FileStatus.WT_MODIFIED
+    }

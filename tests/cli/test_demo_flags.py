@@ -4,7 +4,7 @@
 and vLLM, having --kv-cache-dtype-skip-layers too, calls that one ambiguous). With the engine-flags rule
 on, `lanes demo` denies the lane with vLLM's own words before anything runs; with the rule switched off,
 the simulated rank exits 2 with argparse's usage and error, as vLLM 0.32 would, and the lane fails its
-readiness gate with that output kept.
+readiness gate with that output kept (with the preflight off too, which would deny it first).
 """
 
 from __future__ import annotations
@@ -15,12 +15,19 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from reconciler.cli.history import _outcome, read_applies
+from reconciler.daemon.decider import CommitDecider
+from reconciler.execute.cycle import CycleRunner
+from reconciler.notifications.events import cycle_events
 from reconciler.sim.containers import SimContainer
 from reconciler.source.loadcommit import LoadedCommit
+from reconciler.source.notes import verdict_lines
+from reconciler.store.status import status_rows
 from tests.policy.builders import with_rule
 from tests.support.example import EUGR, PRODUCTION, example_policies, repo_files, with_lane
 from tests.support.gitrepo import make_repo
@@ -86,7 +93,10 @@ async def test_with_the_rule_off_the_rank_exits_as_vllm_would_and_the_lane_fails
     lane = world.state.lanes[EUGR]
     state = with_lane(world.state, EUGR, args=[*lane.args, *MISSPELLED])
     policies = with_rule(example_policies(), "engine-flags", enabled=False)
-    result = await world.runner.run_cycle(LoadedCommit(state.commit, state, policies))
+    # Without the preflight too (which would deny it in vLLM's words first: tests/execute/test_preflight.py).
+    runner = world.runner
+    unchecked = CycleRunner(runner.transport, runner.store, runner.secrets, replace(runner.settings, preflight=False))
+    result = await unchecked.run_cycle(LoadedCommit(state.commit, state, policies))
     assert not [v for v in result.verdict.violations if v.rule == "engine-flags" and v.lane == EUGR]
     res = {r.lane: r for r in result.results}[EUGR]
     assert res.result == "failed", res.error
@@ -100,3 +110,38 @@ async def test_with_the_rule_off_the_rank_exits_as_vllm_would_and_the_lane_fails
     assert sorted(exited) == [f"lanes-{EUGR}-r{i}" for i in range(3)]
     assert set(exited.values()) <= {2, 143} and 2 in exited.values(), exited
     assert {r.lane: r.result for r in result.results}[PRODUCTION] == "applied"
+
+
+@pytest.mark.timeout(90)
+async def test_the_engines_own_words_reach_status_history_the_note_and_the_notification(world: World) -> None:
+    """The gate only knows "a rank exited"; vLLM's sentence is what every trace of the failure shows."""
+    lane = world.state.lanes[EUGR]
+    state = with_lane(world.state, EUGR, args=[*lane.args, *MISSPELLED])
+    policies = with_rule(example_policies(), "engine-flags", enabled=False)
+    # The preflight off too: a build it cannot judge lets the flag reach the ranks, whose exit is tested here.
+    runner = world.runner
+    unchecked = CycleRunner(runner.transport, runner.store, runner.secrets, replace(runner.settings, preflight=False))
+    result = await unchecked.run_cycle(LoadedCommit(state.commit, state, policies))
+    res = {r.lane: r for r in result.results}[EUGR]
+    assert res.result == "failed" and VLLM_SAYS not in (res.error or ""), res.error
+
+    row = {r["name"]: r for r in status_rows(world.store, state)}[EUGR]
+    assert row["engine_error"] == VLLM_SAYS  # one line for all three ranks: they said the same
+    code, table, err = await world.lanes("status", "--db", str(world.store.path), "--repo", str(world.tmp))
+    assert VLLM_SAYS in " ".join(table.split()), (code, table, err)  # the table may wrap the column
+    code, out, err = await world.lanes("status", "--json", "--db", str(world.store.path), "--repo", str(world.tmp))
+    assert {r["name"]: r for r in json.loads(out)["lanes"]}[EUGR]["engine_error"] == VLLM_SAYS
+
+    applies, problem = read_applies(Path(world.store.path))
+    assert problem is None
+    assert [a["engine_error"] for a in applies[(EUGR, state.commit)]] == [VLLM_SAYS]
+    assert f"engine: {VLLM_SAYS}" in _outcome({"applies": applies[(EUGR, state.commit)], "commit": state.commit})
+
+    verdict = CommitDecider._verdict(result)
+    note = "\n".join(verdict_lines(verdict))
+    assert f"lanes: failed {EUGR}: " in note and VLLM_SAYS in note
+
+    (event,) = [e for e in cycle_events(result, state) if e.lanes == (EUGR,)]
+    assert VLLM_SAYS in event.body()
+    assert f"`lanes logs {EUGR}`" in event.action  # a command that prints the rank logs
+    assert "lanes history" not in event.action

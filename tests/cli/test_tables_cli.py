@@ -144,10 +144,14 @@ def test_the_demos_paste_ready_commands_stay_on_one_line_at_80_columns(tmp_path:
     assert "or open the dashboard: http://127.0.0.1:54321/" in lines
 
 
-def test_status_without_a_journal_says_never_applied_not_progressing(tmp_path: Path) -> None:
+def test_status_without_a_journal_says_never_applied_as_its_json_does(tmp_path: Path) -> None:
+    """The text shows the JSON's health word and, beside it, that the journal never saw the lane applied."""
     code, out, err = lanes("status", "--db", str(tmp_path / "lanes.db"), "--repo", str(ROOT), columns=200)
     assert code == 0, err
     rows = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+    code, data, err = lanes("status", "--json", "--db", str(tmp_path / "lanes.db"), "--repo", str(ROOT))
+    lanes_json = {r["name"]: r for r in json.loads(data)["lanes"]}
     for name in (PRODUCTION, EUGR):  # running in the example state, never applied here
-        assert "never applied" in rows[name] and "progressing" not in rows[name]
+        assert lanes_json[name]["health"] == "progressing" and lanes_json[name]["never_applied"] is True
+        assert "progressing (never applied)" in rows[name]
     assert " stopped " in rows[GLM]

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 from reconciler.cli.main import app
 from tests.support.example import EUGR, PROD_HOSTS, PRODUCTION, fast_files
 from tests.support.gitrepo import StateRepo
-from tests.support.lanesproc import end_process, spawn_daemon, write_config
+from tests.support.lanesproc import Child, end_process, spawn_daemon, write_config
 from tests.support.net import free_port
 from tests.support.sparks import sim_for_example, stop_sparks
 from tests.support.storeview import lane_health
@@ -96,7 +96,7 @@ async def test_a_canary_secret_appears_only_in_the_hosts_env_files(tmp_path: Pat
     config.write_text(config.read_text() + "[bench]\nenabled = true\n")
     log_path = tmp_path / "daemon.log"
     db = tmp_path / "daemon.db"
-    proc: asyncio.subprocess.Process | None = None
+    proc: Child | None = None
     outputs: list[tuple[str, bytes]] = []  # what the daemon and the CLI answered
     try:
         proc = await spawn_daemon(config, log_path)

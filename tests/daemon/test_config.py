@@ -26,6 +26,7 @@ from reconciler.daemon.config import (
     load_config,
     parse_config,
 )
+from reconciler.daemon.configgateway import GatewaySettings
 from reconciler.daemon.tomlpos import line_of
 from reconciler.daemon.trialsettings import ExperimentSettings, ForgeSection
 from reconciler.errors import InputError
@@ -44,6 +45,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "bench": BenchSettings,
     "forge": ForgeSection,
     "experiments": ExperimentSettings,
+    "gateway": GatewaySettings,
 }
 NO_ENV: dict[str, str] = {"HOME": "/home/op"}
 
@@ -337,8 +339,14 @@ def test_config_check_prints_the_effective_settings_without_secret_values(tmp_pa
 def test_config_check_systemd_mode_resolves_the_units_directories(tmp_path: Path) -> None:
     path = write(tmp_path, '[repo]\nurl = "https://forge/x.git"\n')
     result = runner.invoke(app, ["check", "-c", str(path), "--systemd", "--json"])
-    assert result.exit_code == 0, result.output
+    # The key's LoadCredential= source is not on this machine: the unit would not start (exit 2, said why).
+    assert result.exit_code == 2, result.output
     out = json.loads(result.output)
+    assert out["ok"] is False and out["exit_code"] == 2
+    assert [p["error"] for p in out["problems"]] == [
+        "ssh.key: /run/credentials/lanes-reconciler.service/ssh-key comes from LoadCredential= "
+        "/etc/lanes/credentials/ssh-key, which does not exist: the unit will not start"
+    ]
     assert out["settings"]["daemon"]["db"] == "/var/lib/lanes/lanes.db"
     assert out["secret_files"]["ssh.key"]["path"] == "/run/credentials/lanes-reconciler.service/ssh-key"
     assert any("LoadCredential" in w for w in out["warnings"])
@@ -367,3 +375,29 @@ def test_config_check_warns_about_empty_secrets_and_missing_signers(tmp_path: Pa
     assert out["secret_files"]["http.webhook_secret_file"]["state"] == "empty"
     assert any("webhook_secret_file" in w and "is empty" in w for w in out["warnings"])
     assert any("allowed_signers" in w and "every head would be refused" in w for w in out["warnings"])
+
+
+# -- [gateway] ---------------------------------------------------------------------------------------------
+
+
+def test_the_gateway_key_defaults_to_the_units_credential_and_is_required_when_enabled() -> None:
+    cfg = parse_config('[repo]\nurl = "https://f/x.git"\n[gateway]\nenabled = true\n', env=SYSTEMD_ENV)
+    assert cfg.gateway.key_file == Path(SYSTEMD_ENV["CREDENTIALS_DIRECTORY"]) / "gateway-key"
+    assert cfg.secret_paths()["gateway.key_file"] == cfg.gateway.key_file  # shown by `config check`, never read
+    err = error_of('[repo]\nurl = "https://f/x.git"\n\n[gateway]\nenabled = true\n')
+    assert err.field == "gateway" and "key_file: required" in err.message
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://10.0.0.5:30000", "plain http only to loopback"),
+        ("http://gateway.example.com", "plain http only to loopback"),
+        ("ftp://127.0.0.1/", "not an http(s) URL"),
+        ("http://admin:pw@127.0.0.1:30000", "no user, password"),
+        ("127.0.0.1:30000", "not an http(s) URL"),
+    ],
+)
+def test_the_gateway_url_may_not_send_its_key_in_the_clear_or_in_the_url(url: str, why: str) -> None:
+    err = error_of(f'[repo]\nurl = "https://f/x.git"\n\n[gateway]\nurl = "{url}"\nkey_file = "/k"\n')
+    assert (err.line, err.field) == (5, "gateway.url") and why in err.message, err

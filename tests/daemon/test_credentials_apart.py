@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PRODUCTION
-from tests.support.lanesproc import end_process, write_config
+from tests.support.lanesproc import Child, end_process, write_config
 from tests.support.net import free_port
 from tests.support.storeview import lane_health
 from tests.support.waiting import wait_for
@@ -82,7 +82,7 @@ async def test_a_lane_cannot_name_the_webhook_secret_and_log_tails_are_stored_re
         config.write_text(text + "\n")
         log = where / "daemon.log"
         db = where / "daemon.db"
-        proc: asyncio.subprocess.Process | None = None
+        proc: Child | None = None
         try:
             with log.open("ab") as out:
                 proc = await asyncio.create_subprocess_exec(

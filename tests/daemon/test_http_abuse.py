@@ -21,6 +21,7 @@ from reconciler.daemon.hookroute import DeliveryWindow, receive_push
 from reconciler.daemon.http import HttpServer, Limits
 from reconciler.source.webhook import sign
 from tests.support.httpserver import Hooks, raw
+from tests.support.waiting import wait_for
 
 LIMITS = Limits(head_timeout_s=2, body_timeout_s=2, handler_timeout_s=2, max_connections=4, max_bodies=2)
 SECRET = b"s3cret-hook-key"
@@ -124,11 +125,16 @@ async def test_when_every_slot_is_past_its_head_a_new_connection_is_closed_unrea
     served: tuple[HttpServer, Hooks],
 ) -> None:
     server, hooks = served
-    hooks.webhook_delay_s = 1.0
-    async with httpx.AsyncClient(base_url=server.url, timeout=5) as client:
+    # Every slot is held by a webhook that answers after 1.8 s (inside the 2 s handler timeout); the requests
+    # are waited for rather than given a fixed 0.3 s to arrive (at a load of 8 on two cores, none had).
+    hooks.webhook_delay_s = 1.8
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
         busy = [asyncio.create_task(client.post("/webhook", content=b"{}")) for _ in range(LIMITS.max_connections)]
-        await asyncio.sleep(0.3)
-        assert hooks.webhook_calls is not None and len(hooks.webhook_calls) == LIMITS.max_connections
+        await wait_for(
+            lambda: hooks.webhook_calls is not None and len(hooks.webhook_calls) == LIMITS.max_connections,
+            1.5,
+            "every slot held by a webhook",
+        )
         assert await closed_at_once(server)  # no answer, and nothing of the request read
         assert [r.status_code for r in await asyncio.gather(*busy)] == [202] * LIMITS.max_connections
         assert (await client.get("/healthz")).status_code == 200

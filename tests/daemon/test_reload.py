@@ -11,7 +11,7 @@ import pytest
 from reconciler.facts.commands import LeaseRequest
 from tests.support.example import PRODUCTION, fast_files
 from tests.support.gitrepo import StateRepo
-from tests.support.lanesproc import end_process, log_events, spawn_daemon, write_config
+from tests.support.lanesproc import Child, end_process, log_events, spawn_daemon, write_config
 from tests.support.net import free_port
 from tests.support.sparks import sim_for_example, stop_sparks
 from tests.support.storeview import lane_health
@@ -28,7 +28,7 @@ async def test_sighup_reloads_good_settings_and_refuses_a_broken_file(tmp_path: 
     good = config.read_text()
     log = tmp_path / "daemon.log"
     db = tmp_path / "daemon.db"
-    proc: asyncio.subprocess.Process | None = None
+    proc: Child | None = None
     try:
         proc = await spawn_daemon(config, log)
         await wait_for(lambda: lane_health(db, PRODUCTION) == ("healthy", first), 60, "first convergence")

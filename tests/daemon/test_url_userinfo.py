@@ -20,7 +20,7 @@ import pygit2
 import pytest
 
 from reconciler.source.mirror import Mirror, public_url, split_userinfo
-from tests.support.lanesproc import end_process, spawn_daemon
+from tests.support.lanesproc import Child, end_process, spawn_daemon
 from tests.support.net import free_port
 
 pytestmark = [pytest.mark.timeout(90)]
@@ -72,7 +72,7 @@ async def test_status_healthz_and_log_never_show_the_token_of_the_repo_url(tmp_p
         f'[http]\nlisten = "127.0.0.1:{port}"\n'
     )
     log = tmp_path / "daemon.log"
-    proc: asyncio.subprocess.Process | None = None
+    proc: Child | None = None
     try:
         proc = await spawn_daemon(config, log)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:

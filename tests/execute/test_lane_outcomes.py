@@ -20,7 +20,7 @@ import time
 import pytest
 
 from reconciler.execute.hostops import HostOps
-from reconciler.plan.health import FLAP_LIMIT
+from reconciler.lane import FLAP_LIMIT
 from reconciler.plan.steps import Cause
 from reconciler.spec.load import DesiredState
 from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PRODUCTION, with_lane

@@ -160,7 +160,7 @@ async def test_a_partial_in_the_partial_folder_counts_against_the_space_needed(w
     assert not partial.exists()
 
 
-async def test_a_file_the_origin_lacks_fails_naming_host_file_and_rsyncs_exit(world: Staging) -> None:
+async def test_a_file_the_origin_lacks_fails_naming_host_and_file_before_any_byte_is_sent(world: Staging) -> None:
     world.host("a", 1)
     files = dict(FILES)
     del files["tokenizer/tokenizer.json"]
@@ -170,12 +170,13 @@ async def test_a_file_the_origin_lacks_fails_naming_host_file_and_rsyncs_exit(wo
         await run_stage(world, ["a"], origin)
 
     err = caught.value
-    assert err.host == "a" and not err.transient
-    assert "rsync exit 23 (partial transfer due to error)" in str(err), str(err)
-    assert "tokenizer/tokenizer.json" in str(err)
+    assert err.host == "a" and err.file == "tokenizer/tokenizer.json" and not err.transient
+    assert "cannot be read (No such file or directory); nothing is sent" in str(err), str(err)
+    assert "; also:" not in str(err)  # checked once for every transfer, said once
+    assert not any(p.is_file() for p in world.root("a").rglob("*"))  # the control node's files are checked first
 
 
-async def test_a_file_still_wrong_after_the_copy_fails_naming_host_file_and_sender(world: Staging) -> None:
+async def test_a_control_node_file_unlike_the_manifest_fails_before_any_byte_leaves(world: Staging) -> None:
     world.host("a", 1)
     files = dict(FILES)
     files["config.json"] = b'{"architectures": ["Y"]}\n'  # same size, other bytes: the origin is not the manifest
@@ -186,8 +187,9 @@ async def test_a_file_still_wrong_after_the_copy_fails_naming_host_file_and_send
 
     err = caught.value
     assert err.host == "a" and err.file == "config.json" and not err.transient
-    assert f"file config.json is wrong after the copy from {CONTROL_NODE}" in str(err)
-    assert "sha256 differs" in str(err)
+    assert f"config.json in the origin {origin.path} on the control node" in str(err), str(err)
+    assert "sha256 differs from the manifest's; nothing is sent" in str(err)
+    assert not any(p.is_file() for p in world.root("a").rglob("*"))
 
 
 async def test_a_spark_origin_that_does_not_hold_the_model_is_refused(world: Staging) -> None:
@@ -250,10 +252,24 @@ async def test_an_origin_of_links_to_blobs_sends_the_files(world: Staging) -> No
         (snapshot / f.path).parent.mkdir(parents=True, exist_ok=True)
         (snapshot / f.path).symlink_to(blobs / f.sha256)
 
-    await run_stage(world, ["a"], StageOrigin.local(str(snapshot)))
+    # Links may lead anywhere under the origin's root (the cache), never out of it.
+    await run_stage(world, ["a"], StageOrigin.local(str(snapshot), root=str(world.tmp / "hf")))
 
     assert tree_digest(world.root("a"), list(WANT)) == WANT
     assert not any((world.root("a") / p).is_symlink() for p in WANT)
+
+
+async def test_a_control_node_file_linking_out_of_the_origins_root_sends_nothing(world: Staging) -> None:
+    world.host("a", 1)
+    outside = world.tmp / "outside"
+    write_tree(outside, FILES)
+    folder = world.tmp / "root" / "X"
+    write_tree(folder, {p: d for p, d in FILES.items() if p != "config.json"})
+    (folder / "config.json").symlink_to(outside / "config.json")
+
+    with pytest.raises(StagingError, match=r"config\.json .* resolves to .*outside.*; nothing is sent"):
+        await run_stage(world, ["a"], StageOrigin.local(str(folder), root=str(world.tmp / "root")))
+    assert not any(p.is_file() for p in world.root("a").rglob("*"))
 
 
 async def test_cancelling_a_host_to_host_copy_stops_the_senders_rsync_too(

@@ -304,9 +304,12 @@ async def test_two_daemons_on_one_fleet_take_turns_by_lease_and_agree(tmp_path: 
             + [(h, f"lanes-{EUGR}-r{i}") for i, h in enumerate(EUGR_HOSTS)]
         )
         assert set(runs.values()) == {1}
-        assert all(act.holder in {a.owner, b.owner} for act in world.acts), world.acts
+        # Every act under one daemon's lease, but the preflight's pull: it runs before a transaction takes its
+        # lease (its parse-only `docker run --rm` is not recorded as an act). Known, and said in the README.
+        leased = [act for act in world.acts if not (act.verb == "pull" and act.holder is None)]
+        assert all(act.holder in {a.owner, b.owner} for act in leased), world.acts
         for hosts in (PROD_HOSTS, EUGR_HOSTS):
-            assert len({act.holder for act in world.acts if act.host in hosts}) == 1
+            assert len({act.holder for act in leased if act.host in hosts}) == 1
 
         world.acts.clear()
         bump = world.image("bump-two-daemons", load_s=4)
@@ -330,7 +333,7 @@ async def test_two_daemons_on_one_fleet_take_turns_by_lease_and_agree(tmp_path: 
         world.fast()
         assert world.lane_runs(PRODUCTION, PROD_HOSTS, head, bump)
         assert world.lane_runs(EUGR, EUGR_HOSTS, first, world.image_of(EUGR))
-        acts = [act for act in world.acts if act.host in PROD_HOSTS]
+        acts = [act for act in world.acts if act.host in PROD_HOSTS and not (act.verb == "pull" and act.holder is None)]
         assert Counter(act.host for act in acts if act.verb == "run") == Counter(PROD_HOSTS)
         assert {act.holder for act in acts} == {winner.owner}
 

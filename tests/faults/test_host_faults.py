@@ -18,7 +18,7 @@ import asyncssh
 import pytest
 
 from reconciler.errors import HostUnreachableError
-from reconciler.plan.health import FLAP_LIMIT
+from reconciler.lane import FLAP_LIMIT
 from reconciler.plan.steps import Cause
 from reconciler.sim.registry import DOCKER_HUB, Outage, SimRegistry
 from reconciler.sim.runtime import SimContainerRuntime

@@ -33,13 +33,17 @@ SKIPPED_METADATA = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json"}
 """What pip writes at install time, not part of a wheel."""
 
 
-def requirement_closure(pyproject: Path) -> list[Distribution]:
-    """The installed distributions a project's dependencies need, transitively (extras off).
+def requirement_closure(pyproject: Path, extras: tuple[str, ...] = ()) -> list[Distribution]:
+    """The installed distributions a project's dependencies need, with its `extras`, transitively (the
+    dependencies' own extras off).
 
     The roots come from pyproject.toml, not from the project's installed metadata, which an editable
     install leaves as it was when it was made."""
     seen: dict[str, Distribution] = {}
-    todo = list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+    project = tomllib.loads(pyproject.read_text())["project"]
+    todo = list(project["dependencies"])
+    for extra in extras:
+        todo.extend(project["optional-dependencies"][extra])
     name = pyproject.parent.name
     while todo:
         req = Requirement(todo.pop())

@@ -51,7 +51,11 @@ async def test_a_first_rollout_that_never_gets_ready_is_told_as_failed(tmp_path:
 
             await wait_for(lambda: bool(told()), 120, "the failed first rollout told")
             (text,) = told()
-            assert "Nothing healthy was there to roll back to" in text and f"lanes retry {EUGR}" in text
+            assert (
+                "nothing healthy was there to roll back to" in text
+                and "serves nothing now" in text
+                and f"lanes retry {EUGR}" in text
+            )
             assert not [g for g in receivers.got if "rolled back" in g.text]
             assert await d.stop() == 0
     finally:

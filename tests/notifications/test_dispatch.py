@@ -106,7 +106,7 @@ async def test_a_hanging_receiver_delays_neither_publish_nor_the_others(receiver
             d.publish([event(lane=f"lane{i}")])
         # publish returned with all 20 queued for both receivers before any send began: nothing waited for.
         assert d.queued() == {"hangs": 20, "hook": 20} and receivers.got == [] and hole.accepted == 0
-        await until(lambda: len(receivers.got) == 20)
+        await until(lambda: len(receivers.got) == 20 and d.sent == 20)  # the count follows the receiver's copy
         # The other receiver's 20 went while the hanging one's first was still in flight.
         assert d.sent == 20 and d.failed == 0 and d.queued()["hangs"] == 19 and hole.accepted == 1
     finally:
@@ -197,7 +197,8 @@ async def test_many_hanging_receivers_hold_up_none_of_the_others(receivers: Rece
     d.start()
     try:
         d.publish([event()])
-        await until(lambda: len(receivers.got) == 1)
+        # The receiver holds it before the dispatcher has read its answer and counted it sent: wait for both.
+        await until(lambda: len(receivers.got) == 1 and d.sent == 1)
         # Sent while all six hanging sends were still in flight (their 120 s timeout outlasts the test's 60).
         assert d.sent == 1 and d.failed == 0 and all(d.receivers[name].sending for name in hanging)
         await until(lambda: hole.accepted >= 6)  # all six were being sent to at once

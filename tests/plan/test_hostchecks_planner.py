@@ -10,6 +10,7 @@ from reconciler.plan.steps import Cause
 from reconciler.policy import evaluate
 from reconciler.spec.load import DesiredState
 from tests.support.example import EUGR, PRODUCTION, example_policies
+from tests.support.planfleet import lane_states
 
 from .test_hostchecks import DESIRED, DGX2, _link, observed
 
@@ -19,7 +20,8 @@ pytestmark = pytest.mark.timeout(30)
 def _plan(desired: DesiredState, fleet: dict[str, ObservedHost]) -> dict[str, tuple[str, Cause, str]]:
     verdict = evaluate(desired, example_policies())
     ready = {name: fingerprint(specs) for name, specs in verdict.rendered.items()}
-    plan = plan_fleet(desired, ObservedFleet(fleet), verdict, PlanOptions(owner="me", ready=ready))
+    options = PlanOptions(owner="me", lanes=lane_states(ready, {}, {}, frozenset(), {}))
+    plan = plan_fleet(desired, ObservedFleet(fleet), verdict, options)
     return {lp.lane: (lp.action, lp.cause, lp.reason) for lp in plan.lanes}
 
 

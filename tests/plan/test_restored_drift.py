@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from reconciler.facts.observed import ObservedFleet
-from reconciler.plan.planner import fingerprint
-from reconciler.plan.steps import Cause, DriftKind, Serving, StartRanks, StopContainers, WaitReady
+from reconciler.plan.steps import Cause, DriftKind, Serving, StartRanks, StopContainers, WaitReady, fingerprint
 from reconciler.spec.load import DesiredState
 from tests.plan.test_planner import converge, run
 from tests.plan.test_planner_causes import _with_state, _without

@@ -80,7 +80,11 @@ def test_a_restarting_change_outside_its_window_waits_until_the_window_opens() -
     assert prod.held_until == TUESDAY_NIGHT
     assert "held until 2026-12-01T21:00:00Z" in prod.reason and "'nights'" in prod.reason
     # Inside the window, or with a person's override, the same change goes.
-    for options in ({"window_clock": TUESDAY_NIGHT + 1}, {"window_clock": TUESDAY_NOON, "window_override": True}):
+    overrides: tuple[dict[str, Any], ...] = (
+        {"window_clock": TUESDAY_NIGHT + 1},
+        {"window_clock": TUESDAY_NOON, "window_override": True},
+    )
+    for options in overrides:
         lp = lane_of(run(bumped, applied, windows=NIGHTS, **options), PRODUCTION)
         assert (lp.action, lp.cause, lp.held_until) == ("deploy", Cause.SPEC_CHANGED, None)
 
@@ -107,7 +111,7 @@ def test_a_lane_file_can_name_its_window() -> None:
 def test_what_never_waits_for_a_window() -> None:
     desired = example_state()
     _, applied = converge(desired)
-    at = {"windows": NIGHTS, "window_clock": TUESDAY_NOON}
+    at: dict[str, Any] = {"windows": NIGHTS, "window_clock": TUESDAY_NOON}
     # A first start: nothing of the lane runs.
     assert lane_of(run(desired, empty_fleet(desired), **at), PRODUCTION).action == "deploy"
     # A stop.

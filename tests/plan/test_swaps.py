@@ -10,12 +10,11 @@ import pytest
 from reconciler.errors import InputError
 from reconciler.plan import Cause, Plan, fingerprint
 from reconciler.plan.steps import Swap
-from reconciler.plan.swaps import Stopped
 from reconciler.policy import evaluate
 from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState, load_desired
 from tests.support.example import EUGR, PRODUCTION, example_policies, example_state, repo_files, with_lane
-from tests.support.planfleet import NEW_IMAGE, applied_fleet, converge, empty_fleet, lane_of, run
+from tests.support.planfleet import NEW_IMAGE, applied_fleet, converge, empty_fleet, lane_of, run, stopped_state
 
 pytestmark = pytest.mark.timeout(30)
 NEXT = "dsv41-flash-next-4x-sglang"
@@ -142,12 +141,13 @@ def test_a_lane_stopped_at_this_commit_gives_its_hosts_to_a_lane_not_yet_seen_re
     state = swapped(desired)
     # After a restart mid-swap: the production lane stopped, NEXT's ranks run and no gate saw them ready.
     observed = applied_fleet(state, run(state, empty_fleet(state)))
-    env = (("dgx1", "/var/lib/lanes/env/lanes-p-r0.env"),)
-    stopped = {PRODUCTION: Stopped(state.commit, PROD_HOSTS, env)}
-    result = run(state, observed, ready={}, stopped=stopped)
+    prod = lane_of(run(desired, empty_fleet(desired)), PRODUCTION).specs  # what it last passed its gate with
+    env = tuple((h, spec.env_file) for h, spec in prod if spec.env_file)
+    stopped = {PRODUCTION: stopped_state(state.commit, prod)}
+    result = run(state, observed, ready={}, lanes=stopped)
     assert (lane_of(result, NEXT).action, lane_of(result, PRODUCTION).action) == ("verify", "noop")
     assert result.swaps == (Swap((PRODUCTION,), (NEXT,), PROD_HOSTS, env),)
     # Not when it was stopped at another commit, nor once NEXT was seen ready (a later repair is no swap).
-    earlier = {PRODUCTION: Stopped("e" * 40, PROD_HOSTS, env)}
-    assert run(state, observed, ready={}, stopped=earlier).swaps == ()
-    assert run(state, observed, ready={NEXT: next_fingerprint(state)}, stopped=stopped).swaps == ()
+    earlier = {PRODUCTION: stopped_state("e" * 40, prod)}
+    assert run(state, observed, ready={}, lanes=earlier).swaps == ()
+    assert run(state, observed, ready={NEXT: next_fingerprint(state)}, lanes=stopped).swaps == ()

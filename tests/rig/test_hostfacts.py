@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from pathlib import Path
 
 import pytest
 
+from reconciler.facts.probe_program import program_path
+from reconciler.facts.probe_script import PROBE_SCRIPT
 from tests.rig.fleet import quad_and_solo
 from tests.rig.machine import sh
 from tests.rig.rig import Rig
@@ -79,3 +82,22 @@ def test_a_data_plane_link_down_keeps_the_lane_off_before_anything_runs(rig: Rig
     finally:
         sh(["ip", "-n", netns, "link", "set", iface, "up"])
     assert {lp["name"]: lp["action"] for lp in rig.plan().json()["lanes"]} == {"quad": "deploy", "solo": "deploy"}
+
+
+def test_the_probe_program_is_installed_under_its_hash_and_sent_again_when_altered(rig: Rig) -> None:
+    """Real sshd, real python3: the first probe installs the program (the rig's hosts share this machine's
+    filesystem, so one copy serves them all); an altered copy is refused by the launcher and replaced in
+    the same run, and every host still answers."""
+    args = ["hosts", "--repo", str(rig.clone), "--known-hosts", str(rig.known_hosts), "--ssh-key", str(rig.client_key)]
+    copy = Path(program_path(str(rig.state_on_host)))
+    copy.unlink(missing_ok=True)
+    run = rig.lanes(*args, "--json")
+    assert run.returncode == 0, run.describe()
+    assert all(row["reachable"] for row in run.json()["hosts"])
+    assert copy.read_text() == PROBE_SCRIPT
+    assert oct(copy.stat().st_mode & 0o777) == "0o600"
+    copy.write_text(PROBE_SCRIPT + "\nraise SystemExit('an altered copy ran')\n")
+    again = rig.lanes(*args, "--json")
+    assert again.returncode == 0, again.describe()
+    assert all(row["reachable"] for row in again.json()["hosts"]), again.describe()
+    assert copy.read_text() == PROBE_SCRIPT

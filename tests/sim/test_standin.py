@@ -7,6 +7,7 @@ import json
 import signal
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 
 from reconciler.sim.engineargs import Behaviour, scan_engine_argv
 from reconciler.sim.standin_http import schedule
+from tests.support.waiting import wait_for
 
 from .conftest import Eventually, Spawn
 
@@ -125,11 +127,12 @@ async def test_loads_then_serves(spawn: Spawn, port: int, eventually: Eventually
         "--served-model-name",
         "q",
         # A load long enough that the first answers come before it ends even on a loaded machine (the load's
-        # clock starts when the process does: at 0.8 s, a slow interpreter start once answered healthy at once).
-        env={"STANDIN_LOAD_S": "4", "STANDIN_VERSION": "0.32.0"},
+        # clock starts when the process does: at 0.8 s, a slow interpreter start once answered healthy at once,
+        # and at 4 s a start at a load of 8 on two cores did). It costs nothing: healthy ends the wait below.
+        env={"STANDIN_LOAD_S": "12", "STANDIN_VERSION": "0.32.0"},
     )
     async with httpx.AsyncClient(timeout=5) as client:
-        await eventually(lambda: _answers(client, port), 5)
+        await eventually(lambda: _answers(client, port), 10)
         # The port listens before the model is loaded, as with real engines.
         assert (await client.get(_url(port, "/health"))).status_code == 503
         assert (await client.get(_url(port, "/v1/models"))).json() == {"object": "list", "data": []}
@@ -139,7 +142,7 @@ async def test_loads_then_serves(spawn: Spawn, port: int, eventually: Eventually
         async def healthy() -> bool:
             return (await client.get(_url(port, "/health"))).status_code == 200
 
-        await eventually(healthy, 15)
+        await eventually(healthy, 20)
         models = (await client.get(_url(port, "/v1/models"))).json()
         assert [(m["id"], m["object"]) for m in models["data"]] == [("q", "model")]
         assert (await client.get(_url(port, "/version"))).json() == {"version": "0.32.0"}
@@ -288,8 +291,21 @@ async def test_crash_after(spawn: Spawn, port: int) -> None:
     assert proc.wait(5) == 1
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process `pid` has a handler for SIGTERM (the SigCgt mask in /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
 async def test_worker_mode_serves_nothing_and_stops_on_sigterm(spawn: Spawn, port: int) -> None:
     proc = spawn("--bind", "127.0.0.1", "--worker", "vllm", "serve", "m", "--port", str(port))
+    # Signalled before it has set its SIGTERM handler (a slow start on a loaded machine), it dies of the signal
+    # (-15): wait until the kernel says it catches SIGTERM, then for the half second it would serve in.
+    await wait_for(lambda: _catches_sigterm(proc.pid), 20, "the stand-in's SIGTERM handler")
     await asyncio.sleep(0.5)
     assert proc.poll() is None
     with socket.socket() as s:

@@ -76,25 +76,32 @@ def test_merge_texts_keeps_both_sides_once() -> None:
     assert merge_note_texts("a\n", "a\n") == "a\n"
 
 
-def test_merge_notes_fast_forwards_or_merges(tmp_path: Path) -> None:
+def test_merge_notes_keeps_the_remote_tip_as_a_parent_and_takes_none_of_its_texts(tmp_path: Path) -> None:
     _, work = forge_and_clone(tmp_path)
     first = str(work.head.target)
     second = commit(work, {"x": b"2"}, "second")
+    # Nothing of ours yet: the remote's notes are not adopted as ours.
+    write_verdict_note(work, first, {"summary": "pushed"}, ref="refs/notes-origin/lanes")
+    assert merge_notes(work, "refs/notes-origin/lanes") is False
+    assert NOTES_REF not in work.references
     write_verdict_note(work, first, {"summary": "base"})
     base = work.references[NOTES_REF].target
-    # Theirs is ours plus one: fast-forward.
+    # Theirs is ours plus one (someone pushed on top of the daemon's notes): not a fast-forward to theirs.
     work.references.create("refs/notes-origin/lanes", base, force=True)
     write_verdict_note(work, second, {"summary": "theirs"}, ref="refs/notes-origin/lanes")
+    their_tip = work.references["refs/notes-origin/lanes"].target
     assert merge_notes(work, "refs/notes-origin/lanes") is True
-    assert work.references[NOTES_REF].target == work.references["refs/notes-origin/lanes"].target
-    assert merge_notes(work, "refs/notes-origin/lanes") is False
-    # Diverged: both wrote on the same commit.
+    tip = work[work.references[NOTES_REF].target]
+    assert isinstance(tip, pygit2.Commit)
+    assert list(tip.parent_ids) == [base, their_tip]
+    assert read_note(work, second) is None and "lanes: base" in (read_note(work, first) or "")
+    assert merge_notes(work, "refs/notes-origin/lanes") is False  # their tip is in our history now
+    # Diverged: both wrote on the same commit; only ours stays.
     write_verdict_note(work, first, {"summary": "ours again"})
     write_verdict_note(work, first, {"summary": "theirs again"}, ref="refs/notes-origin/lanes")
     assert merge_notes(work, "refs/notes-origin/lanes") is True
     text = read_note(work, first) or ""
-    assert "lanes: ours again" in text and "lanes: theirs again" in text and "lanes: base" in text
-    assert "lanes: theirs" in (read_note(work, second) or "")
+    assert "lanes: ours again" in text and "lanes: base" in text and "theirs again" not in text
     assert merge_notes(work, "refs/notes-origin/missing") is False
 
 

@@ -42,6 +42,17 @@ def evidence_head(w: World) -> str | None:
     return head if "Evidence-For:" in commit.message and w.outcome(head) is not None else None
 
 
+def evidence_on(w: World, commit: str, base: str) -> bool:
+    """`commit` is `base`, or evidence commits alone lead from `base` to it (first parents)."""
+    git = w.repo.repo
+    at = git[commit]
+    while isinstance(at, pygit2.Commit) and str(at.id) != base:
+        if "Evidence-For:" not in at.message or not at.parents:
+            return False
+        at = at.parents[0]
+    return isinstance(at, pygit2.Commit)
+
+
 async def decided_evidence(w: World) -> str:
     """Waits for the daemon's first evidence commit and its decision; the commit."""
     await wait_for(lambda: evidence_head(w) is not None, 120, "an evidence commit decided by the daemon")

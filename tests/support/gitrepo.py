@@ -25,6 +25,9 @@ def commit_files(repo: pygit2.Repository, files: Mapping[str, bytes], message: s
     tree = index.write_tree(repo)
     parents = [] if repo.head_is_unborn else [repo.head.target]
     oid = repo.create_commit("HEAD", SIGNATURE, SIGNATURE, message, tree, parents)
+    if not repo.is_bare:
+        # The files on disk too, as after a commit in a clone: `lanes check` names what differs from HEAD.
+        repo.checkout_head(strategy=pygit2.enums.CheckoutStrategy.FORCE)  # type: ignore[no-untyped-call]
     return str(oid)
 
 

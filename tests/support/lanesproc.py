@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -18,14 +19,50 @@ from typing import Any
 
 import httpx
 
+from tests.support import forkserver
 from tests.support.sparks import DemoEnv
 from tests.support.storeview import StoreView
 
 WEBHOOK_SECRET = "s3cret-for-tests"
+Child = asyncio.subprocess.Process | forkserver.Forked
+"""A `lanes` process a test started: a real interpreter, or a child of the fork server (the same program)."""
+CONTROL_TOKEN = "control-token-for-tests"
+"""The bearer token of every test daemon's control API (`[http] control_token_file`)."""
 
 
 async def run_lanes(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """The real `lanes` command as a process (never blocking the loop: simulated hosts may run on it)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        forked = await forkserver.spawn(args, (0, out_w, err_w), env)
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    if forked is None:
+        os.close(out_r)
+        os.close(err_r)
+        return await _exec_lanes(*args, env=env)
+    try:
+        out, err, _ = await asyncio.wait_for(asyncio.gather(_read_all(out_r), _read_all(err_r), forked.wait()), 120)
+    finally:
+        await end_process(forked)  # timed out or cancelled: the process does not outlive the test
+    assert forked.returncode is not None
+    return forked.returncode, out.decode(), err.decode()
+
+
+async def _read_all(fd: int) -> bytes:
+    """Everything written to the pipe `fd` until its writers closed it (then closed here)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 26)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb"))
+    try:
+        return await reader.read()
+    finally:
+        transport.close()
+
+
+async def _exec_lanes(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "reconciler.cli.main", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
@@ -33,24 +70,25 @@ async def run_lanes(*args: str, env: dict[str, str] | None = None) -> tuple[int,
     try:
         out, err = await asyncio.wait_for(proc.communicate(), 120)
     finally:
-        if proc.returncode is None:  # timed out or cancelled: the process does not outlive the test
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        await end_process(proc)  # timed out or cancelled: the process does not outlive the test
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
 
-async def spawn_daemon(config: Path, log: Path) -> asyncio.subprocess.Process:
+async def spawn_daemon(config: Path, log: Path) -> Child:
     """`lanes daemon --config` as a real process; its JSON log lines (stdout) and stderr go to `log`."""
+    args = ("daemon", "--config", str(config))
     with log.open("ab") as out:
+        forked = await forkserver.spawn(args, (0, out.fileno(), out.fileno()))
+        if forked is not None:
+            return forked
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "reconciler.cli.main", "daemon", "--config", str(config),
+            sys.executable, "-m", "reconciler.cli.main", *args,
             stdout=out, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
 
 
-async def end_process(proc: asyncio.subprocess.Process | None) -> None:
+async def end_process(proc: Child | None) -> None:
     """Kill `proc` if it still runs, and reap it (a process that already exited is only reaped)."""
     if proc is None:
         return
@@ -102,8 +140,10 @@ log_level = "{log_level}"
 [http]
 listen = "127.0.0.1:{http_port}"
 webhook_secret_file = "{tmp / "webhook-secret"}"
+control_token_file = "{tmp / "control-token"}"
 {hosts}'''
     (tmp / "webhook-secret").write_text(WEBHOOK_SECRET + "\n")
+    (tmp / "control-token").write_text(CONTROL_TOKEN + "\n")
     path = tmp / "reconciler.toml"
     path.write_text(text)
     return path
@@ -130,7 +170,7 @@ class DaemonProc(StoreView):
     port: int
     owner: str
     db: Path
-    proc: asyncio.subprocess.Process | None = None
+    proc: Child | None = None
 
     @property
     def log(self) -> Path:

@@ -4,7 +4,9 @@ as the daemon would. Shared by the planner's table tests (tests/plan) and whatev
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+from reconciler.engines import ContainerSpec
 from reconciler.facts.observed import (
     Lease,
     ModelPresence,
@@ -13,7 +15,11 @@ from reconciler.facts.observed import (
     ObservedHost,
     UnmanagedContainer,
 )
+from reconciler.lane import Backoff, Condemned, Gate, Hold, LaneHealth, LaneState, Wanted
+from reconciler.lane import Serving as LaneServing
 from reconciler.plan import LanePlan, Plan, PlanOptions, fingerprint, plan_fleet
+from reconciler.plan.specjson import spec_to_json
+from reconciler.plan.steps import Serving
 from reconciler.policy import evaluate
 from reconciler.spec.load import DesiredState
 from tests.support.example import example_policies
@@ -71,11 +77,62 @@ def applied_fleet(desired: DesiredState, result: Plan, state: str = "running") -
     return ObservedFleet({h: host(h, desired, cs, listening=listening[h]) for h, cs in per_host.items()})
 
 
-def run(desired: DesiredState, observed: ObservedFleet, **options: object) -> Plan:
-    """Plan as the daemon would once every lane's current spec has passed its gate (unless `ready` is given)."""
+def run(
+    desired: DesiredState,
+    observed: ObservedFleet,
+    *,
+    ready: Mapping[str, Any] | None = None,
+    failed: Mapping[str, Any] | None = None,
+    retry_at: Mapping[str, tuple[Any, float]] | None = None,
+    swapped: Iterable[str] = (),
+    serving: Mapping[str, Serving] | None = None,
+    lanes: Mapping[str, LaneState] | None = None,
+    **options: Any,
+) -> Plan:
+    """Plan as the daemon would once every lane's current spec has passed its gate (unless `ready` is given).
+
+    The lanes' states are said as what a test is about: the spec last seen `ready`, the spec `failed`
+    (condemned), a backoff until `retry_at`, the lanes whose failure undid a swap (`swapped`), the spec that
+    `serving` in place of a failed one; `lanes` gives whole states, which win over all of these."""
     verdict = evaluate(desired, example_policies())
-    options.setdefault("ready", {name: fingerprint(specs) for name, specs in verdict.rendered.items()})
-    return plan_fleet(desired, observed, verdict, PlanOptions(owner="me", **options))  # type: ignore[arg-type]
+    if ready is None:
+        ready = {name: fingerprint(specs) for name, specs in verdict.rendered.items()}
+    states = lane_states(ready, failed or {}, retry_at or {}, frozenset(swapped), serving or {})
+    states.update(lanes or {})
+    return plan_fleet(desired, observed, verdict, PlanOptions(owner="me", lanes=states, **options))
+
+
+def lane_states(
+    ready: Mapping[str, Any],
+    failed: Mapping[str, Any],
+    retry_at: Mapping[str, tuple[Any, float]],
+    swapped: frozenset[str],
+    serving: Mapping[str, Serving],
+) -> dict[str, LaneState]:
+    """Each lane's state from the few facts a planner test names (see `run`)."""
+    out: dict[str, LaneState] = {}
+    for name in {*ready, *failed, *retry_at, *swapped, *serving}:
+        hold: Hold | None = None
+        if name in failed:
+            hold = Condemned(failed[name])
+        elif name in retry_at:
+            hold = Backoff(retry_at[name][0], retry_at[name][1], 1)
+        healthy, seen = None, ready.get(name)
+        if name in serving:
+            s = serving[name]
+            gate = Gate(s.gate.host, s.gate.port, s.gate.served_model)
+            healthy = LaneServing(s.fingerprint, tuple(spec_to_json(h, c) for h, c in s.specs), gate, s.commit)
+            seen = s.fingerprint  # what serves is what was last seen ready
+        undone = "a swap was undone" if name in swapped else None
+        out[name] = LaneState(LaneHealth.HEALTHY, serving=seen, healthy=healthy, hold=hold, swap_undone=undone)
+    return out
+
+
+def stopped_state(commit: str, specs: Iterable[tuple[str, ContainerSpec]]) -> LaneState:
+    """A lane stopped at `commit` whose last healthy spec ran `specs` (a swap begun before a restart)."""
+    ranks = list(specs)
+    healthy = LaneServing(fingerprint(ranks), tuple(spec_to_json(h, s) for h, s in ranks))
+    return LaneState(LaneHealth.STOPPED, wanted=Wanted("stopped", commit), applied=commit, healthy=healthy)
 
 
 def converge(desired: DesiredState) -> tuple[Plan, ObservedFleet]:

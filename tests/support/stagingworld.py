@@ -35,6 +35,8 @@ i = 0
 while i < len(args) and args[i].startswith("-") and args[i] != "--":
     flag = args[i]
     i += 2 if (len(flag) == 2 and flag[1] in WITH_ARG) else 1
+if i < len(args) and args[i] == "--":  # as OpenSSH's getopt: `--` ends the options, the destination follows
+    i += 1
 host = args[i]
 rest = args[i + 1:]
 if rest and rest[0] == "--":

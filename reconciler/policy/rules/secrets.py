@@ -14,6 +14,7 @@ import re
 from reconciler.policy.config import RuleSettings
 from reconciler.policy.context import Context
 from reconciler.spec.lane import Lane
+from reconciler.spec.saferegex import compile_pattern
 
 SHORT = 16
 """Values shorter than this show no prefix at all in the hint."""
@@ -44,7 +45,7 @@ def _is_reference(value: str) -> bool:
 
 def check_secrets(ctx: Context, rule: RuleSettings) -> None:
     words = rule.strings("key_words")
-    patterns = [re.compile(p) for p in rule.strings("value_patterns")]
+    patterns = [compile_pattern(p) for p in rule.strings("value_patterns")]  # RE2: checked at load
     secret_args = set(rule.strings("secret_args"))
     for lane in ctx.desired.lanes.values():
         for key, value in sorted(lane.env.items()):

@@ -1,4 +1,5 @@
-"""Rank specs to and from JSON: the store keeps the last healthy specs for rollback."""
+"""Rank specs to and from JSON: the journal keeps the last healthy specs, for a rollback and for the planner
+(which repairs what serves while a failed spec is held)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What the planner is told serves in place of a failed spec: read from the journal's lane records."""
+"""What the planner is told serves in place of a failed spec (`reconciler.plan.known`): read from the lanes'
+states, as the journal's rows give them."""
 
 from __future__ import annotations
 
@@ -6,15 +7,19 @@ from dataclasses import replace
 
 import pytest
 
-from reconciler.execute.record import serving_specs
-from reconciler.execute.specjson import spec_to_json
-from reconciler.plan.planner import fingerprint
-from reconciler.plan.steps import WaitReady
+from reconciler.plan.known import known
+from reconciler.plan.specjson import spec_to_json
+from reconciler.plan.steps import Serving, WaitReady, fingerprint
 from reconciler.store.lanerecord import LaneRecord
+from reconciler.store.lanestate import state_from_record
 from tests.plan.test_planner import converge
 from tests.support.example import EUGR, example_state
 
 pytestmark = pytest.mark.timeout(30)
+
+
+def serving_specs(records: list[LaneRecord]) -> dict[str, Serving]:
+    return dict(known({rec.name: state_from_record(rec) for rec in records}).serving)
 
 
 def _held() -> LaneRecord:

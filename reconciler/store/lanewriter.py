@@ -1,0 +1,81 @@
+"""The one writer of lane state: `record(store, lane, *events)` runs each event through the lane machine
+(`reconciler.lane.transition`) and writes the state it ends in as the lane's row.
+
+No other code writes a lane's state (tests/store/test_one_writer.py greps for it): execute, the daemon and
+the CLI hand events here. The notes written beside the state (a gate's timings, the drift a repair fixed,
+a model being staged, the latest evidence) are facts for people that no transition reads; they are
+written here too, by name and type, never as loose fields.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from reconciler.lane import Effect, Event, LaneState, Retried, transition
+from reconciler.store.journal import Store
+from reconciler.store.lanestate import fields_from_state, state_from_record
+
+
+def current(store: Store, lane: str) -> LaneState:
+    """The lane's state as the next transition starts from it.
+
+    A transaction recorded by an earlier process (a daemon killed mid-transaction) is not in flight any more:
+    it is dropped, and the lane's health stands as it was left (progressing: the next resync gates it again,
+    and the journal's unfinished steps say what was under way).
+    """
+    state = state_from_record(store.lane(lane))
+    if state.transaction is not None and state.transaction.started < store.opened:
+        state = replace(state, transaction=None)
+    return state
+
+
+def record(
+    store: Store,
+    lane: str,
+    *events: Event,
+    now: float | None = None,
+    timings: Mapping[str, float] | None = None,
+    drift: Mapping[str, Any] | None = None,
+    journal: Callable[[LaneState], None] | None = None,
+) -> tuple[LaneState, tuple[Effect, ...]]:
+    """Apply `events` in order and write the lane's row once; returns the state written and the effects asked.
+
+    `journal` runs with the final state before the row is written: an ending's apply row goes first, so whoever
+    sees the lane's new state finds the row that explains it, and a crash between the two loses no history.
+    """
+    at = time.time() if now is None else now
+    state, effects = current(store, lane), tuple[Effect, ...]()
+    for event in events:
+        state, more = transition(state, event, at)
+        effects = (*effects, *more)
+    if journal is not None:
+        journal(state)
+    fields = fields_from_state(state)
+    if timings is not None:
+        fields["timings"] = dict(timings)
+    if drift is not None:
+        fields["drift"] = dict(drift)
+    store.update_lane(lane, **fields)
+    return state, effects
+
+
+def retry(store: Store, lane: str) -> bool:
+    """`lanes retry`: the condemned spec, and any backoff, no longer hold the lane back; False when none did."""
+    state = current(store, lane)
+    if store.lane(lane) is None or (state.condemned is None and state.backoff is None):
+        return False
+    record(store, lane, Retried())
+    return True
+
+
+def note_staging(store: Store, lane: str, staging: Mapping[str, Any] | None) -> None:
+    """A model being staged for the lane's next spec ({"model", "hosts": {host: progress}}); None: done."""
+    store.update_lane(lane, staging=dict(staging) if staging is not None else None)
+
+
+def note_evidence(store: Store, lane: str, evidence: Mapping[str, Any]) -> None:
+    """The latest evidence headline (pp, tg, file, commit, regression)."""
+    store.update_lane(lane, evidence=dict(evidence))
