@@ -252,9 +252,17 @@ async def test_a_changed_lane_is_benchmarked_and_its_evidence_pushed_with_traile
         result = CliRunner().invoke(app, ["history", EUGR, "--repo", str(r.repo.path), "--db", str(r.db), "--json"])
         assert result.exit_code == 0, result.output
         assert f"evidence/{EUGR}/" in result.output and change in result.output
-        status = CliRunner().invoke(app, ["status", "--repo", str(r.repo.path), "--db", str(r.db), "--json"])
-        row = next(x for x in json.loads(status.output)["lanes"] if x["name"] == EUGR)
-        assert row["evidence"]["pp"].startswith("pp512") and row["evidence"]["file"].startswith(f"evidence/{EUGR}/")
+
+        def status_evidence() -> dict[str, Any]:
+            status = CliRunner().invoke(app, ["status", "--repo", str(r.repo.path), "--db", str(r.db), "--json"])
+            row = next(x for x in json.loads(status.output)["lanes"] if x["name"] == EUGR)
+            return dict(row["evidence"])
+
+        # The journal's headline is written once the evidence commit is on the branch (never before: a push
+        # that fails must not leave status naming a commit that is nowhere), so it may trail the commit.
+        await wait_for(lambda: "pp" in status_evidence(), 30, "the evidence's headline in lanes status")
+        shown = status_evidence()
+        assert shown["pp"].startswith("pp512") and shown["file"].startswith(f"evidence/{EUGR}/")
     finally:
         await stop(r)
 

@@ -8,6 +8,8 @@ gets the test's loopback addresses and is always stopped, with no stand-in proce
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,9 +20,21 @@ from tests.support.example import example_state, fast, loaded
 __all__ = ["DemoEnv", "example_sparks", "loopback", "running_sparks", "sim_for_example", "stop_sparks"]
 
 
+def worker_number() -> int:
+    """This pytest-xdist worker's number (gw3: 3); 0 when the tests run in one process."""
+    found = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
+    return int(found.group(1)) if found else 0
+
+
 def loopback(salt: int) -> str:
-    """A loopback /24 for the test numbered `salt`, so tests running side by side never share addresses."""
-    return f"127.{30 + salt % 20}.{salt % 250}."
+    """A loopback /24 for the test numbered `salt` on this worker.
+
+    The worker's number is the second octet: the salts are chosen file by file, and files on different
+    workers run side by side, so two files with the same salt once served the same addresses at once (an
+    engine stand-in that could not bind its port exited, and the other file's engine answered its
+    readiness check). Within one worker tests run one after another.
+    """
+    return f"127.{100 + worker_number() % 150}.{salt % 250}."
 
 
 async def start_sparks(commit: LoadedCommit, workdir: Path, *, base_address: str) -> DemoEnv:
