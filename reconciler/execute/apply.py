@@ -29,13 +29,24 @@ from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent
 from reconciler.execute.secrets import SecretStore
 from reconciler.execute.swap import SwapRun, resume_restores
 from reconciler.execute.transaction import LaneTransaction, Shared
-from reconciler.lane import Blocked, Denied, Event, Internal, LaneHealth, Observed, PlanFailed, Seen, Suspended, Wanted
-from reconciler.lane.state import LANE_FILE
+from reconciler.lane import (
+    LANE_FILE,
+    Blocked,
+    Denied,
+    Event,
+    Internal,
+    LaneHealth,
+    Observed,
+    PlanFailed,
+    Seen,
+    Suspended,
+    Wanted,
+)
 from reconciler.plan.steps import AcquireLeases, Cause, LanePlan, Plan
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import LaneRecord, Store
-from reconciler.store.lanewriter import record
+from reconciler.store.lanewriter import current, record
 
 log = structlog.get_logger("lanes.execute")
 
@@ -212,7 +223,11 @@ class Executor:
         elif lp.action == "denied":
             event, result = Denied(why=error), Result.DENIED
         elif lp.action == "suspended":
-            event, result = Suspended(by=LANE_FILE, why=error), Result.SUSPENDED
+            # A person's hold (`lanes suspend`) stands in the lane's state until `lanes resume`: said again in its
+            # own words; otherwise the lane file says hands off, for as long as it does.
+            person = current(self.store, lp.lane).suspension
+            by, why = (person.by, person.why) if person is not None else (LANE_FILE, error)
+            event, result = Suspended(by=by, why=why), Result.SUSPENDED
         elif lp.cause not in UNASSESSED and (where := serving_gate(rec, self.ops.targets)) is not None:
             # Held (a failed spec, a backoff, a lease, a change window, a failed swap) or refused at planning,
             # while the spec that last passed its gate serves: its engine is asked, where it passed that gate.

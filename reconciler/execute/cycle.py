@@ -34,7 +34,6 @@ from reconciler.spec.load import DesiredState
 from reconciler.spec.policyfiles import KnownIssuesFile
 from reconciler.store.journal import Store
 from reconciler.store.lanestate import lane_states
-from reconciler.store.suspensions import suspensions
 from reconciler.store.swaprestore import pending_restores
 from reconciler.transport.base import HostTarget, Transport
 
@@ -195,7 +194,6 @@ class CycleRunner:
             windows=loaded.policies.windows,
             window_clock=window_clock(),
             window_override=now or overrides_windows(loaded.message),
-            suspended={lane: held.why for lane, held in suspensions(self.store).items()},  # `lanes suspend`
         )
         fleet_plan = plan_fleet(desired, observed, verdict, options)
         # Each lane to deploy has its arguments parsed by its own image first; a refusal denies it (preflight.py).

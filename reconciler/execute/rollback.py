@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from reconciler.errors import LanesError, StepFailedError
 from reconciler.execute.hostops import HostOps, gather_hosts
 from reconciler.execute.readiness import wait_ready
+from reconciler.lane import Serving
 from reconciler.logsetup import redact
 from reconciler.plan.specjson import spec_from_json
 from reconciler.plan.steps import LanePlan
 from reconciler.spec.lane import Health
-from reconciler.store.journal import LaneRecord
 
 
 @dataclass
@@ -34,39 +34,35 @@ class Restore:
     """The restored spec's fingerprint, when it serves again."""
 
 
-def restorable(rec: LaneRecord | None, lp: LanePlan) -> bool:
-    """There is a last healthy spec, and it is not the one that just failed."""
-    if rec is None or not rec.healthy_specs:
-        return False
-    return rec.fingerprint != lp.fingerprint or rec.healthy_commit != lp.commit
-
-
 async def put_back(
-    ops: HostOps, lp: LanePlan, rec: LaneRecord | None, health: Health, log_tail: int, *, wait: bool = True
+    ops: HostOps, lp: LanePlan, healthy: Serving | None, health: Health, log_tail: int, *, wait: bool = True
 ) -> Restore:
+    """Keep the new ranks' last log lines, stop them, and start `healthy` in their place (None: nothing is
+    restarted). What to put back is the lane machine's decision (`reconciler.lane.restore_target`, its
+    `RestoreHealthy` effect), never this module's."""
     tails = await asyncio.gather(*(ops.logs(h, s.name, log_tail) for h, s in lp.specs))
     # Redacted here, before the tails reach the journal, the result and anything printed from them.
     logs = {f"{spec.name}@{host}": redact(tail) for (host, spec), tail in zip(lp.specs, tails, strict=True)}
     await gather_hosts([ops.stop_remove(h, s.name) for h, s in lp.specs])
-    if rec is None or not restorable(rec, lp):
+    if healthy is None or not healthy.specs:
         return Restore(ok=False, attempted=False, error="no previous spec", logs=logs)
-    return await restart_healthy(ops, rec, health, logs=logs, wait=wait)
+    return await restart_healthy(ops, healthy, health, logs=logs, wait=wait)
 
 
 async def restart_healthy(
-    ops: HostOps, rec: LaneRecord, health: Health, *, logs: dict[str, str] | None = None, wait: bool = True
+    ops: HostOps, healthy: Serving, health: Health, *, logs: dict[str, str] | None = None, wait: bool = True
 ) -> Restore:
-    """Start the record's last healthy spec and, with `wait`, gate it where it passed its gate before."""
-    previous = [spec_from_json(d) for d in rec.healthy_specs]
-    restore = Restore(ok=False, attempted=True, logs=logs or {}, healthy_commit=rec.healthy_commit)
+    """Start the last healthy spec and, with `wait`, gate it where it passed its gate before."""
+    previous = [spec_from_json(dict(d)) for d in healthy.specs]
+    restore = Restore(ok=False, attempted=True, logs=logs or {}, healthy_commit=healthy.commit)
     try:
         errors = await gather_hosts([ops.start(h, s) for h, s in previous])
         if errors:
             raise StepFailedError.wrap("restore", errors, touched=True)
-        where = rec.healthy_gate
-        if wait and where:
-            address = ops.targets[str(where["host"])].address
-            result = await wait_ready(address, int(where["port"]), str(where["served_model"]), health)
+        where = healthy.gate
+        if wait and where is not None:
+            address = ops.targets[where.host].address
+            result = await wait_ready(address, where.port, where.served_model, health)
             restore.ok, restore.error = result.ok, result.error or ""
         else:
             # A shutdown cannot wait for a model to load; a record from before gates were recorded
@@ -75,5 +71,5 @@ async def restart_healthy(
     except (LanesError, OSError) as exc:
         restore.error = str(exc)
     if restore.ok:
-        restore.fingerprint = rec.fingerprint
+        restore.fingerprint = healthy.fingerprint
     return restore

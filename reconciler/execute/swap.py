@@ -30,6 +30,7 @@ from reconciler.plan.steps import Cause, LanePlan, Swap
 from reconciler.spec.lane import Health
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import LaneRecord
+from reconciler.store.lanestate import state_from_record
 from reconciler.store.lanewriter import current, record
 from reconciler.store.swaprestore import clear_restore, mark_restore, pending_restores
 
@@ -178,13 +179,13 @@ class SwapRun:
         store, lp = self.shared.store, self.plans[lane]
         self._runs[lane] = run = store.new_run()
         step_id = store.step_started(run, lane, lp.commit, 1000, "swap-rollback", {"describe": f"{cause}: restore"})
-        rec = self.before.get(lane)
-        if rec is None or not rec.healthy_specs:
+        healthy = state_from_record(self.before.get(lane)).healthy
+        if healthy is None or not healthy.specs:
             restore = Restore(ok=False, attempted=False, error="no healthy spec on record to bring back")
         else:
             spec = self.desired.lanes.get(lane)
             # The gate the lane passed with: its file's health settings, if the commit still has the file.
-            restore = await restart_healthy(self.shared.ops, rec, spec.health if spec else Health())
+            restore = await restart_healthy(self.shared.ops, healthy, spec.health if spec else Health())
         store.step_finished(step_id, error=None if restore.ok else restore.error or "not restored")
         return restore
 

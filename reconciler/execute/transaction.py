@@ -33,6 +33,7 @@ from reconciler.execute.rollback import put_back
 from reconciler.execute.secrets import SecretStore, env_file_text
 from reconciler.execute.stagestep import run_stage
 from reconciler.facts.cudareq import REQUIRE_VAR, driver_gives, required_cuda
+from reconciler.facts.enginelog import engine_words
 from reconciler.lane import (
     Blocked,
     Event,
@@ -44,12 +45,14 @@ from reconciler.lane import (
     Preempted,
     Progressed,
     Restored,
+    RestoreHealthy,
     Serving,
     Started,
     StepFailed,
     Stopped,
     TxKind,
     Wanted,
+    restore_target,
 )
 from reconciler.plan.specjson import spec_to_json
 from reconciler.plan.steps import (
@@ -69,7 +72,7 @@ from reconciler.plan.steps import (
 )
 from reconciler.spec.lane import Health
 from reconciler.store.journal import Store
-from reconciler.store.lanewriter import record
+from reconciler.store.lanewriter import current, record
 
 
 @dataclass
@@ -352,16 +355,24 @@ class LaneTransaction:
             await self.s.leases.give_back(self.held)
             return replace(self._result(Result.FAILED, message), untouched=True)  # notifications say nothing stopped
         self.s.progress(ProgressEvent(lp.lane, "rollback", "started", str(exc)))
+        # The failure first: the lane machine decides what is put back (its `RestoreHealthy` effect: the last
+        # healthy spec, unless it is the one that failed) or that the new ranks are stopped alone (`StopNew`),
+        # and the lane reads "restoring" while that runs.
+        _state, effects = record(store, lp.lane, failed)
+        back = next((e.serving for e in effects if isinstance(e, RestoreHealthy)), None)
         step_id = store.step_started(self.run, lp.lane, lp.commit, 1000, "rollback", {"error": str(exc)})
-        restore = await put_back(self.s.ops, lp, self.before, self.health, self.s.config.log_tail)
+        restore = await put_back(self.s.ops, lp, back, self.health, self.s.config.log_tail)
         store.step_finished(step_id, error=None if restore.ok else (restore.error or "no previous spec"))
+        # The failed ranks' own words (vLLM's "unrecognized arguments ..."), read from the tails the restore kept
+        # of them before stopping them: the lane's last error carries them to every place that shows it.
+        engine = engine_words(restore.logs)
         if restore.ok:
             to = restore.healthy_commit[:12] if restore.healthy_commit else "previous"
-            restored, result = Restored(ok=True, why=f"rolled back to {to}"), Result.ROLLED_BACK
+            restored, result = Restored(ok=True, why=f"rolled back to {to}", engine=engine), Result.ROLLED_BACK
         else:
             tail = f"restoring the previous spec failed: {restore.error}" if restore.attempted else None
-            restored, result = Restored(ok=False, why=tail), Result.FAILED
-        message = self._end(result, failed, restored, logs=restore.logs) or why
+            restored, result = Restored(ok=False, why=tail, engine=engine), Result.FAILED
+        message = self._end(result, restored, logs=restore.logs) or why
         self.s.progress(ProgressEvent(lp.lane, "rollback", "done" if restore.ok else "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(result, message, logs=restore.logs)
@@ -376,7 +387,8 @@ class LaneTransaction:
         else:
             why = f"{exc} (before any rank stopped)"
         message = self._repairing(f"putting the last healthy spec back failed: {why}")
-        self._end(Result.FAILED, StepFailed(touched=exc.touched, transient=False, why=message), logs=logs)
+        failed = StepFailed(touched=exc.touched, transient=False, why=message, engine=engine_words(logs))
+        self._end(Result.FAILED, failed, logs=logs)
         self.s.progress(ProgressEvent(lp.lane, "repair", "failed", message))
         await self.s.leases.give_back(self.held)
         return self._result(Result.FAILED, message, logs=logs)
@@ -387,7 +399,9 @@ class LaneTransaction:
         lp, store = self.lp, self.s.store
         if self.touched:
             step_id = store.step_started(self.run, lp.lane, lp.commit, 1000, "rollback", {"error": "shutdown"})
-            restore = await put_back(self.s.ops, lp, self.before, self.health, self.s.config.log_tail, wait=False)
+            # What a failure would put back (`reconciler.lane.restore_target`), restarted without its gate.
+            back = restore_target(current(store, lp.lane), lp.fingerprint)
+            restore = await put_back(self.s.ops, lp, back, self.health, self.s.config.log_tail, wait=False)
             store.step_finished(step_id, error=None if restore.ok else (restore.error or "no previous spec"))
             if restore.ok:
                 message = "interrupted by shutdown; previous spec restarted without waiting for it to load"

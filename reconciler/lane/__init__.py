@@ -38,11 +38,13 @@ from reconciler.lane.machine import (
     LEASE_RETRY_MAX_S,
     lease_delay,
     next_wake,
+    restore_target,
     retry_delay,
     transition,
 )
 from reconciler.lane.state import (
     FAILURE_HOLDS,
+    LANE_FILE,
     SERVING,
     Backoff,
     Condemned,
@@ -65,6 +67,7 @@ __all__ = [
     "BACKOFF_MAX_S",
     "FAILURE_HOLDS",
     "FLAP_LIMIT",
+    "LANE_FILE",
     "LEASE_RETRY_MAX_S",
     "SERVING",
     "Announce",
@@ -108,6 +111,7 @@ __all__ = [
     "Window",
     "lease_delay",
     "next_wake",
+    "restore_target",
     "retry_delay",
     "transition",
 ]

@@ -47,6 +47,7 @@ from reconciler.lane.state import (
     LastError,
     LeasedBy,
     Phase,
+    Serving,
     SuspendedBy,
     Transaction,
     TxKind,
@@ -120,7 +121,8 @@ def transition(state: LaneState, event: Event, now: float) -> Step:
             return replace(base, health=health, hold=_weaker(base.hold, hold), transaction=None), ()
         case Interrupted():
             if event.touched or _touched(state):
-                effects: tuple[Effect, ...] = (RestoreHealthy(state.healthy, wait=False),) if state.healthy else ()
+                back = restore_target(state)
+                effects: tuple[Effect, ...] = (RestoreHealthy(back, wait=False),) if back is not None else ()
                 after = replace(base, health=LaneHealth.PROGRESSING, transaction=None, serving=event.restarted)
                 return after, effects
             return replace(base, health=_kept(_before(state)), transaction=None), ()
@@ -135,7 +137,7 @@ def transition(state: LaneState, event: Event, now: float) -> Step:
             health = LaneHealth.DEGRADED if _before(state) in SERVING else LaneHealth.FAILED
             return replace(base, health=health, hold=_lapsed(base.hold), transaction=None), ()
         case Suspended():
-            return _suspended(base, event, state), ()
+            return _suspended(base, event, state, now), ()
         case Resumed():
             return replace(base, hold=base.hold.under if isinstance(base.hold, SuspendedBy) else base.hold), ()
         case Retried():
@@ -169,6 +171,19 @@ def next_wake(state: LaneState) -> float | None:
     if state.transaction is not None and state.transaction.deadline is not None:
         times.append(state.transaction.deadline)
     return min(times, default=None)
+
+
+def restore_target(state: LaneState, fingerprint: str | None = None) -> Serving | None:
+    """What a failed (or cut short) transaction puts back: the last healthy spec, unless it has no ranks on record
+    or is the very spec that just failed (the same fingerprint at the same commit: starting it again would fail
+    again); None: the new ranks are stopped and nothing is restarted in their place."""
+    healthy, op = state.healthy, state.transaction
+    if healthy is None or not healthy.specs:
+        return None
+    failing = op.fingerprint if op is not None and op.fingerprint is not None else fingerprint
+    if healthy.fingerprint == failing and healthy.commit == (op.commit if op is not None else None):
+        return None
+    return healthy
 
 
 # -- the rules ------------------------------------------------------------------------------------------------------
@@ -305,7 +320,8 @@ def _step_failed(state: LaneState, event: StepFailed, now: float) -> Step:
     state = replace(state, swap_undone=None, error=_noted(state.error, hold, event))
     if event.touched or (op is not None and op.touched):
         # The old ranks were stopped (or new ones started): the last healthy spec is put back, if there is one.
-        effect: Effect = RestoreHealthy(state.healthy) if state.healthy is not None else StopNew()
+        back = restore_target(state, fingerprint)
+        effect: Effect = RestoreHealthy(back) if back is not None else StopNew()
         restoring = op if op is not None else Transaction(TxKind.DEPLOY, fingerprint, None, Phase.RESTORING, now)
         restoring = replace(restoring, phase=Phase.RESTORING, deadline=None)
         return replace(state, health=LaneHealth.PROGRESSING, hold=hold, transaction=restoring, serving=None), (effect,)
@@ -357,8 +373,15 @@ def _restored(state: LaneState, event: Restored) -> Step:
     return replace(state, health=LaneHealth.FAILED, serving=None, transaction=None), (said,)
 
 
-def _suspended(base: LaneState, event: Suspended, state: LaneState) -> LaneState:
+def _suspended(base: LaneState, event: Suspended, state: LaneState, now: float) -> LaneState:
     under = _failure_hold(state.hold)
-    hold = SuspendedBy(event.by, event.why or "", under)
+    current, why = state.hold, event.why or ""
+    # The lane file's reason names what drifted, which may change from one resync to the next.
+    same = isinstance(current, SuspendedBy) and current.by == event.by and (event.by == LANE_FILE or current.why == why)
+    since = current.since if same and isinstance(current, SuspendedBy) else now
+    if isinstance(current, SuspendedBy) and current.by_person and event.by == LANE_FILE:
+        # The lane file says hands off too: the person's hold is the one that stands (it outlives the file's).
+        return replace(base, health=_kept(state.health), hold=replace(current, under=under))
+    hold = SuspendedBy(event.by, why, under, since)
     # lanes does not look after a suspended lane: it says what it last knew, or that it never served.
     return replace(base, health=_kept(state.health), hold=hold)

@@ -116,6 +116,19 @@ class SuspendedBy:
     by: str
     why: str = ""
     under: Condemned | Backoff | None = None
+    since: float | None = None
+    """When it began (epoch s); kept while the same hands say the same thing again (each resync of a held lane)."""
+
+    @property
+    def by_person(self) -> bool:
+        """Said at runtime (`lanes suspend`), not by the lane file: it lasts until `lanes resume`."""
+        return self.by != LANE_FILE
+
+    def reason(self, lane: str) -> str:
+        """Why the lane is left alone, as the planner and every status line say it."""
+        if not self.by_person:
+            return "suspended in its lane file"
+        return f"suspended at runtime by {self.by}: {self.why} (`lanes resume {lane}` lifts it)"
 
 
 @dataclass(frozen=True)
@@ -222,3 +235,8 @@ class LaneState:
     def backoff(self) -> Backoff | None:
         hold = self.hold.under if isinstance(self.hold, SuspendedBy) else self.hold
         return hold if isinstance(hold, Backoff) else None
+
+    @property
+    def suspension(self) -> SuspendedBy | None:
+        """A person's hold (`lanes suspend`): the planner leaves the lane alone while it stands."""
+        return self.hold if isinstance(self.hold, SuspendedBy) and self.hold.by_person else None

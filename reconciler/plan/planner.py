@@ -80,8 +80,6 @@ class PlanOptions:
     """The instant change windows are judged at (epoch seconds); None takes `clock`."""
     window_override: bool = False
     """A person asked for now (`lanes apply --now`, a commit's `Lanes-Change-Window: now`): no change waits."""
-    suspended: Mapping[str, str] = field(default_factory=dict)
-    """lane -> why it is held at runtime (`lanes suspend`): planned exactly like `suspended: true` in its file."""
 
 
 def plan_fleet(
@@ -124,8 +122,10 @@ def _plan_lane(
 ) -> LanePlan:
     lane = desired.lanes.get(name)
     current = observed.containers_of_lane(name)
-    if lane is not None and (lane.suspended or name in opts.suspended):
-        why = opts.suspended.get(name) or "suspended in its lane file"
+    state = opts.lanes.get(name)
+    person = state.suspension if state is not None else None  # a person's hold (`lanes suspend`), in its state
+    if lane is not None and (lane.suspended or person is not None):
+        why = person.reason(name) if person is not None else "suspended in its lane file"
         return _plan_suspended(lane, current, observed, verdict, desired.commit, why)
     if lane is None or not lane.running:
         return _plan_stop(name, lane, current, observed, desired.commit, desired.fleet.state_dir_on_host)

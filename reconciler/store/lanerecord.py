@@ -17,6 +17,7 @@ TYPED_LANE_COLUMNS = (
     "hold",
     "hold_by",
     "hold_why",
+    "hold_since",
     "tx_kind",
     "tx_fingerprint",
     "tx_commit",
@@ -71,6 +72,7 @@ ADDED_LANE_COLUMNS: dict[str, type] = {
     "hold": str,
     "hold_by": str,
     "hold_why": str,
+    "hold_since": float,
     "tx_kind": str,
     "tx_fingerprint": str,
     "tx_commit": str,
@@ -129,6 +131,8 @@ class LaneRecord:
     typed state, whose hold is read from `failed_fingerprint`, `retry_*` and `held_until`; "" for no hold."""
     hold_by: str | None = None
     hold_why: str | None = None
+    hold_since: float | None = None
+    """When a suspension began (`reconciler.lane.SuspendedBy.since`)."""
     tx_kind: str | None = None
     """The transaction in flight (`reconciler.lane.Transaction`), None when there is none."""
     tx_fingerprint: str | None = None

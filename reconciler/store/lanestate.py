@@ -69,7 +69,7 @@ def _hold(rec: LaneRecord) -> Hold | None:
         case "window":
             return Window(rec.held_until) if rec.held_until is not None else None
         case "suspended":
-            return SuspendedBy(rec.hold_by or "", rec.hold_why or "", failure)
+            return SuspendedBy(rec.hold_by or "", rec.hold_why or "", failure, rec.hold_since)
         case "leased":
             # A lease block keeps its next look in the backoff's time column (no fingerprint: not a backoff).
             return LeasedBy(rec.hold_by or "", rec.retry_at, rec.transient_failures)
@@ -139,6 +139,7 @@ def fields_from_state(state: LaneState) -> dict[str, Any]:
         "hold": HOLD_KINDS[type(hold)] if hold is not None else "",
         "hold_by": hold.by if isinstance(hold, SuspendedBy | LeasedBy) else None,
         "hold_why": hold.why if isinstance(hold, SuspendedBy) else None,
+        "hold_since": hold.since if isinstance(hold, SuspendedBy) else None,
         "failed_fingerprint": condemned.fingerprint if condemned else None,
         "retry_fingerprint": backoff.fingerprint if backoff else None,
         "retry_at": backoff.at if backoff else hold.at if isinstance(hold, LeasedBy) else None,

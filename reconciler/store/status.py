@@ -70,6 +70,10 @@ def last_engine_error(store: Store, lane: str) -> str | None:
     return None
 
 
+def _never_tried(store: Store, lane: str) -> bool:
+    return not store.db.table("applies").count_where("lane = ?", [lane])
+
+
 def instant_text(epoch: float | None) -> str | None:
     """An instant as people and tools read it: ISO 8601 in UTC, to the second."""
     if epoch is None:
@@ -104,10 +108,14 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
                 "desired_commit": rec.desired_commit if rec else (desired.commit if desired else None),
                 "hosts": list(lane.hosts if lane else (rec.hosts if rec else ())),
                 "last_error": rec.last_error if rec else None,
-                # The engine's own reason when the last error is a failed rollout (`a rank exited ...`).
-                "engine_error": last_engine_error(store, name) if rec and rec.last_error else None,
-                # No record: the journal never saw the lane applied (`progressing` is what is wanted of it).
-                "never_applied": rec is None,
+                # The engine's own reason when the last error is a failed rollout (`a rank exited ...`): the lane's
+                # state keeps it beside its last error; for a row from before that, its latest apply's logs.
+                "engine_error": (rec.error_engine or last_engine_error(store, name))
+                if rec and rec.last_error
+                else None,
+                # The journal never saw the lane applied (`progressing` is what is wanted of it): no record, or
+                # only a hold put on it (`lanes suspend` of a lane that never ran).
+                "never_applied": rec is None or (rec.applied_commit is None and _never_tried(store, name)),
                 "timings": rec.timings if rec else {},
                 "evidence": rec.evidence if rec else {},
                 "updated": rec.updated if rec else None,

@@ -2,12 +2,13 @@
 
 A lane file's `suspended: true` needs a commit; an operator in the middle of an incident needs the
 daemon to keep its hands off a lane now (as `flux suspend` does), and everyone else needs to see who
-asked for that and why. Each suspend and resume is one row of the journal's `suspensions` table, never
-updated: the newest row of a lane says whether it is held, and the rows together are its history.
-The planner treats a lane held here exactly like one whose lane file says `suspended: true`.
+asked for that and why. The hold itself is the lane's state (`reconciler.lane.SuspendedBy`, said by a
+person), written through the one writer of lane state as a `Suspended` or `Resumed` event; the planner
+reads it from there and treats the lane exactly like one whose lane file says `suspended: true`.
 
-The table is this module's own and made on the first suspend: reading a journal that never had one
-(a copy from an older lanes, or a read-only file) finds no holds rather than failing.
+Each suspend and resume is also one row of the journal's `suspensions` table, never updated: the audit
+trail of who held the lane and who let it go (`lanes history`). The table is this module's own and made
+on the first suspend: reading a journal that never had one finds no history rather than failing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.lane import LANE_FILE, Resumed, Suspended, SuspendedBy
 from reconciler.store.journal import Store
+from reconciler.store.lanestate import lane_states
+from reconciler.store.lanewriter import record
 from reconciler.store.sqlite import durable
 
 TABLE = "suspensions"
@@ -36,7 +40,7 @@ class Suspension:
     @property
     def why(self) -> str:
         """The planner's reason for leaving the lane alone."""
-        return f"suspended at runtime by {self.by}: {self.reason} (`lanes resume {self.lane}` lifts it)"
+        return SuspendedBy(self.by, self.reason).reason(self.lane)
 
     def as_json(self) -> dict[str, Any]:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at))
@@ -69,7 +73,11 @@ def suspend(store: Store, lane: str, by: str, reason: str) -> Suspension:
     """Hold `lane` from now on; suspending a held lane again records the new reason."""
     if not reason.strip():
         raise ValueError("a suspension needs a reason (--reason)")
-    _record(store, lane, "suspend", by, reason)
+    who, why = _bounded(by, MAX_BY) or "unknown", _bounded(reason, MAX_REASON)
+    if who == LANE_FILE:
+        raise ValueError(f"'{LANE_FILE}' is the lane file's own name for its hold: say who you are (--by)")
+    record(store, lane, Suspended(by=who, why=why))
+    _record(store, lane, "suspend", who, why)
     held = suspensions(store).get(lane)
     assert held is not None
     return held
@@ -80,6 +88,7 @@ def resume(store: Store, lane: str, by: str) -> Suspension | None:
     held = suspensions(store).get(lane)
     if held is None:
         return None
+    record(store, lane, Resumed())
     _record(store, lane, "resume", by, f"resumed (held since {held.as_json()['at']}: {held.reason})")
     return held
 
@@ -94,15 +103,13 @@ def _rows(store: Store, where: str | None = None, args: list[Any] | None = None)
 
 
 def suspensions(store: Store) -> dict[str, Suspension]:
-    """lane -> its hold, for every lane held now (the newest row of each lane is a suspend)."""
-    latest: dict[str, dict[str, Any]] = {}
-    for row in _rows(store):
-        latest[str(row["lane"])] = row
-    return {
-        lane: Suspension(lane, str(row["by"]), str(row["reason"]), float(row["at"]))
-        for lane, row in sorted(latest.items())
-        if row["action"] == "suspend"
-    }
+    """lane -> its hold, for every lane a person holds now (from the lanes' states)."""
+    held: dict[str, Suspension] = {}
+    for lane, state in sorted(lane_states(store).items()):
+        hold = state.suspension
+        if hold is not None:
+            held[lane] = Suspension(lane, hold.by, hold.why, hold.since or 0.0)
+    return held
 
 
 def suspension_history(store: Store, lane: str | None = None) -> list[dict[str, Any]]:

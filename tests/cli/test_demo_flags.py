@@ -27,6 +27,7 @@ from reconciler.notifications.events import cycle_events
 from reconciler.sim.containers import SimContainer
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.source.notes import verdict_lines
+from reconciler.store.lanewriter import current
 from reconciler.store.status import status_rows
 from tests.policy.builders import with_rule
 from tests.support.example import EUGR, PRODUCTION, example_policies, repo_files, with_lane
@@ -127,6 +128,9 @@ async def test_the_engines_own_words_reach_status_history_the_note_and_the_notif
 
     row = {r["name"]: r for r in status_rows(world.store, state)}[EUGR]
     assert row["engine_error"] == VLLM_SAYS  # one line for all three ranks: they said the same
+    # Kept in the lane's own state, beside its last error (not read back from the apply's logs).
+    error = current(world.store, EUGR).error
+    assert error is not None and error.engine == VLLM_SAYS
     code, table, err = await world.lanes("status", "--db", str(world.store.path), "--repo", str(world.tmp))
     assert VLLM_SAYS in " ".join(table.split()), (code, table, err)  # the table may wrap the column
     code, out, err = await world.lanes("status", "--json", "--db", str(world.store.path), "--repo", str(world.tmp))

@@ -108,10 +108,11 @@ async def test_the_gateway_routes_each_served_model_to_its_healthy_lane_and_gets
     assert routes["glm-5.3"] == []
     assert (await chat(gateway, "glm-5.3")).status_code == 404
 
-    # A restarted gateway has forgotten every worker: the daemon's interval pass puts them back.
+    # A restarted gateway has forgotten every worker (a new SMG process starts with none): the daemon's interval
+    # pass puts them back. Not asserted empty after the start: with a 2 s interval, the daemon's next pass may
+    # already have run by the time SMG answers the test (CI saw it do so).
     gateway.kill()
     gateway.start()
-    assert await held(gateway) == {}
     await wait_routed(gateway, set(MODELS.values()), "the routes back after the gateway's restart", 30)
 
     # The nightly lane stopped by a commit: its model has no worker left.

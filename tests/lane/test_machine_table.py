@@ -17,6 +17,7 @@ from dataclasses import FrozenInstanceError
 import pytest
 
 from reconciler.lane import (
+    LANE_FILE,
     Announce,
     Backoff,
     Blocked,
@@ -859,3 +860,22 @@ def test_a_blocked_lane_follows_one_curve_from_the_errors_own_delay() -> None:
     assert state.hold == LeasedBy("lanes@other", 1905.0, 1)
     no_delay, _ = transition(SERVES, Blocked(by="lanes@other"), 1000.0)
     assert no_delay.hold == LeasedBy("lanes@other", None, 1) and next_wake(no_delay) is None
+
+
+def test_a_persons_hold_outlives_the_lane_files_and_keeps_when_it_began() -> None:
+    """`lanes suspend` is a person's hold in the lane's state: the lane file saying hands off too (each resync of
+    a held lane) leaves it standing; said again in the same words it keeps its start; new words start anew."""
+    held, _ = transition(STATES["healthy"], Suspended(by="alice", why="swapping a NIC"), 1000.0)
+    assert held.suspension == SuspendedBy("alice", "swapping a NIC", None, 1000.0)
+    again, _ = transition(held, Suspended(by="alice", why="swapping a NIC"), 1100.0)
+    assert again.suspension is not None and again.suspension.since == 1000.0
+    file_too, _ = transition(again, Suspended(by=LANE_FILE, why="suspended in its lane file"), 1200.0)
+    assert file_too.suspension == again.suspension
+    other, _ = transition(again, Suspended(by="alice", why="the NIC again"), 1300.0)
+    assert other.suspension is not None and other.suspension.since == 1300.0
+    assert transition(other, Observed(seen=Seen.READY), 1400.0)[0].suspension == other.suspension
+    assert transition(other, Resumed(), 1500.0)[0].hold is None
+    # The lane file's own hold is no person's: it lapses with the next news that is not a suspension.
+    by_file, _ = transition(STATES["healthy"], Suspended(by=LANE_FILE, why="x"), 1000.0)
+    assert by_file.suspension is None and isinstance(by_file.hold, SuspendedBy)
+    assert transition(by_file, Observed(seen=Seen.READY), 1100.0)[0].hold is None

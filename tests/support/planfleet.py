@@ -4,6 +4,7 @@ as the daemon would. Shared by the planner's table tests (tests/plan) and whatev
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from reconciler.engines import ContainerSpec
@@ -15,7 +16,7 @@ from reconciler.facts.observed import (
     ObservedHost,
     UnmanagedContainer,
 )
-from reconciler.lane import Backoff, Condemned, Gate, Hold, LaneHealth, LaneState, Wanted
+from reconciler.lane import Backoff, Condemned, Gate, Hold, LaneHealth, LaneState, SuspendedBy, Wanted
 from reconciler.lane import Serving as LaneServing
 from reconciler.plan import LanePlan, Plan, PlanOptions, fingerprint, plan_fleet
 from reconciler.plan.specjson import spec_to_json
@@ -87,17 +88,19 @@ def run(
     swapped: Iterable[str] = (),
     serving: Mapping[str, Serving] | None = None,
     lanes: Mapping[str, LaneState] | None = None,
+    suspended: Mapping[str, SuspendedBy] | None = None,
     **options: Any,
 ) -> Plan:
     """Plan as the daemon would once every lane's current spec has passed its gate (unless `ready` is given).
 
     The lanes' states are said as what a test is about: the spec last seen `ready`, the spec `failed`
     (condemned), a backoff until `retry_at`, the lanes whose failure undid a swap (`swapped`), the spec that
-    `serving` in place of a failed one; `lanes` gives whole states, which win over all of these."""
+    `serving` in place of a failed one, a person's hold (`suspended`); `lanes` gives whole states, which win
+    over all of these."""
     verdict = evaluate(desired, example_policies())
     if ready is None:
         ready = {name: fingerprint(specs) for name, specs in verdict.rendered.items()}
-    states = lane_states(ready, failed or {}, retry_at or {}, frozenset(swapped), serving or {})
+    states = lane_states(ready, failed or {}, retry_at or {}, frozenset(swapped), serving or {}, suspended or {})
     states.update(lanes or {})
     return plan_fleet(desired, observed, verdict, PlanOptions(owner="me", lanes=states, **options))
 
@@ -108,15 +111,18 @@ def lane_states(
     retry_at: Mapping[str, tuple[Any, float]],
     swapped: frozenset[str],
     serving: Mapping[str, Serving],
+    suspended: Mapping[str, SuspendedBy] | None = None,
 ) -> dict[str, LaneState]:
     """Each lane's state from the few facts a planner test names (see `run`)."""
     out: dict[str, LaneState] = {}
-    for name in {*ready, *failed, *retry_at, *swapped, *serving}:
+    for name in {*ready, *failed, *retry_at, *swapped, *serving, *(suspended or {})}:
         hold: Hold | None = None
         if name in failed:
             hold = Condemned(failed[name])
         elif name in retry_at:
             hold = Backoff(retry_at[name][0], retry_at[name][1], 1)
+        if suspended and name in suspended:
+            hold = replace(suspended[name], under=hold if isinstance(hold, Condemned | Backoff) else None)
         healthy, seen = None, ready.get(name)
         if name in serving:
             s = serving[name]
