@@ -14,6 +14,7 @@ serves passed its gate, and its health follows the answer.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -252,7 +253,7 @@ class Executor:
             unreachable = lp.cause == Cause.UNREACHABLE
             # A lease the probe saw held is retried on the curve of the error a transaction would have met.
             delay = LeaseHeldError.delay_s if lp.cause == Cause.LEASE_HELD else 0.0
-            blocked = Blocked(by=lp.reason, why=error, delay_s=delay)
+            blocked = Blocked(by=lp.reason, why=error, delay_s=delay, jitter=random.random())  # noqa: S311 - jitter, not a secret
             event = Observed(seen=Seen.UNREACHABLE, why=error) if unreachable else blocked
             result = Result.BLOCKED
         events: list[Event] = [replace(event, wanted=wanted)]

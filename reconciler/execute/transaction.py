@@ -15,6 +15,7 @@ last log lines, stops the new ranks and restores the last healthy spec. The erro
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -328,7 +329,7 @@ class LaneTransaction:
     async def _blocked(self, exc: LeaseBlockedError) -> LaneResult:
         """Someone else holds a host: give back what was taken, keep the lane's health, say who holds it."""
         await self.s.leases.give_back(self.held)
-        self._record(Blocked(by=exc.holder, why=str(exc), delay_s=exc.delay_s))
+        self._record(Blocked(by=exc.holder, why=str(exc), delay_s=exc.delay_s, jitter=random.random()))  # noqa: S311 - jitter
         self.s.progress(ProgressEvent(self.lp.lane, "lease", "info", f"blocked: {exc}"))
         return self._result(Result.BLOCKED, str(exc), Cause.LEASE_HELD)
 

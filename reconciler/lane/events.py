@@ -99,6 +99,10 @@ class Blocked(Event):
     delay_s: float = 0.0
     """A lease: the first wait before the lane is looked at again, from the error that blocked it (it doubles
     while the lane stays blocked, `machine.lease_delay`); 0: no retry of its own (news wakes it)."""
+    jitter: float = 0.0
+    """A draw in [0, 1) by whoever saw the block (the machine has no randomness of its own): the wait is shortened
+    by up to `machine.LEASE_JITTER` of itself, so reconcilers blocked on each other's leases do not look again in
+    step, every minute on the minute."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -72,9 +72,15 @@ LEASE_RETRY_MAX_S = 60.0
 its finished apply, rare enough not to hammer a host it holds."""
 
 
-def lease_delay(blocks: int, first_delay_s: float) -> float:
-    """Seconds until a lane blocked `blocks` times in a row is looked at again: the one curve of blocked lanes."""
-    return min(LEASE_RETRY_MAX_S, first_delay_s * math.pow(2, max(0, blocks - 1)))
+LEASE_JITTER = 0.25
+"""The share of a lease wait a block's jitter may take off it: waits stay within the curve's cap, never above."""
+
+
+def lease_delay(blocks: int, first_delay_s: float, jitter: float = 0.0) -> float:
+    """Seconds until a lane blocked `blocks` times in a row is looked at again: the one curve of blocked lanes,
+    shortened by `jitter` (a draw in [0, 1)) times LEASE_JITTER of itself."""
+    delay = min(LEASE_RETRY_MAX_S, first_delay_s * math.pow(2, max(0, blocks - 1)))
+    return delay * (1.0 - LEASE_JITTER * min(max(jitter, 0.0), 1.0))
 
 
 Step = tuple[LaneState, tuple[Effect, ...]]
@@ -221,7 +227,7 @@ def _lapsed(hold: Hold | None) -> Hold | None:
 def _leased(current: Hold | None, event: Blocked, now: float) -> LeasedBy:
     """Blocked by a lease again: the wait doubles from the error's own delay (a lane blocked anew starts over)."""
     n = current.n + 1 if isinstance(current, LeasedBy) else 1
-    at = now + lease_delay(n, event.delay_s) if event.delay_s > 0 else None
+    at = now + lease_delay(n, event.delay_s, event.jitter) if event.delay_s > 0 else None
     return LeasedBy(event.by, at, n)
 
 

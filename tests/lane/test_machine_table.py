@@ -59,6 +59,7 @@ from reconciler.lane import (
     next_wake,
     transition,
 )
+from reconciler.lane.machine import LEASE_JITTER, LEASE_RETRY_MAX_S
 from reconciler.lane.state import LastError
 
 pytestmark = pytest.mark.timeout(20)
@@ -879,3 +880,17 @@ def test_a_persons_hold_outlives_the_lane_files_and_keeps_when_it_began() -> Non
     by_file, _ = transition(STATES["healthy"], Suspended(by=LANE_FILE, why="x"), 1000.0)
     assert by_file.suspension is None and isinstance(by_file.hold, SuspendedBy)
     assert transition(by_file, Observed(seen=Seen.READY), 1100.0)[0].hold is None
+
+
+def test_a_lease_blocks_jitter_shortens_its_wait_within_the_curve() -> None:
+    """Two reconcilers blocked on each other's leases draw different jitters and look again at different times,
+    each within LEASE_JITTER below the curve, never above its cap."""
+    waits = []
+    for jitter in (0.0, 0.5, 0.999):
+        state, _ = SERVES, ()
+        for t in (1000.0, 1100.0, 1200.0, 1300.0, 1400.0, 1500.0, 1600.0):
+            state, _ = transition(state, Blocked(by="lanes@other", delay_s=2.0, jitter=jitter), t)
+        assert isinstance(state.hold, LeasedBy) and state.hold.at is not None
+        waits.append(state.hold.at - 1600.0)
+    assert waits[0] == LEASE_RETRY_MAX_S and waits[1] == LEASE_RETRY_MAX_S * (1 - LEASE_JITTER / 2)
+    assert LEASE_RETRY_MAX_S * (1 - LEASE_JITTER) < waits[2] < waits[1] < waits[0]
