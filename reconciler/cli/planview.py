@@ -72,6 +72,7 @@ def plan_to_json(
                 "drift": [d.to_json() for d in lp.drift],
                 "hosts": list(lp.hosts),
                 "after": list(lp.after),
+                "per_host": {host: dict(values) for host, values in lp.per_host},
                 "steps": [{"kind": s.kind, "describe": s.describe()} for s in lp.steps],
                 **({"diff": diffs[lp.lane].to_json()} if lp.lane in diffs else {}),
             }
@@ -138,6 +139,10 @@ def print_plan(
                 _say(console, f"{INDENT}restarts {escape(', '.join(diff.restarts))}{downtime}")
         if lp.after:
             _say(console, f"{INDENT}after {escape(', '.join(lp.after))} (its after: in the lane file)")
+        if lp.per_host and lp.steps:
+            for host, values in lp.per_host:
+                said = " ".join(f"{var}={value}" for var, value in values)
+                _say(console, f"{INDENT}on {escape(host)}: {escape(said)} (host_env)")
         for i, step in enumerate(lp.steps, 1):
             _say(console, f"{INDENT}{i}. {escape(step.describe())}")
     for swap in result.plan.swaps:

@@ -22,9 +22,11 @@ from dataclasses import dataclass, replace
 
 from reconciler.engines.contract import container_flags
 from reconciler.engines.fabric import RankNet
+from reconciler.engines.hostfacts import host_env
 from reconciler.engines.ports import LanePorts
 from reconciler.errors import InputError
 from reconciler.facts.container import ContainerSpec
+from reconciler.facts.hostinfo import HostInfo
 from reconciler.facts.labels import (
     LABEL_COMMIT,
     LABEL_ENGINE,
@@ -72,6 +74,9 @@ class RankContext:
     ports: LanePorts
     network: tuple[RankNet, ...] = ()
     """Every rank's network in rank order (`engines.fabric`); empty for a single-rank lane."""
+    info: HostInfo | None = None
+    """What this cycle's probe read of the rank's host (its RDMA facts give `host_env`'s roce_gid_index); None
+    when it was not probed (`lanes check`, a host that did not answer)."""
 
     @property
     def ranks(self) -> int:
@@ -152,6 +157,7 @@ def rank_env(ctx: RankContext, engine_env: Mapping[str, str]) -> dict[str, str]:
         env.update(fabric_env(ctx.net))
     env.update(engine_env)
     env.update(ctx.lane.env)
+    env.update(host_env(ctx))  # apart from `env` by validation: no variable has both
     return env
 
 

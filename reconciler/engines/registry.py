@@ -15,6 +15,7 @@ from reconciler.engines.fabric import lane_network
 from reconciler.engines.ports import LanePorts
 from reconciler.errors import InputError
 from reconciler.facts.container import ContainerSpec
+from reconciler.facts.hostinfo import HostInfo
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
 
 Renderer = Callable[[RankContext], ContainerSpec]
@@ -68,8 +69,9 @@ def render_lane(
     fleet: FleetDefaults,
     hosts: Mapping[str, Host],
     commit: str,
+    host_info: Mapping[str, HostInfo] | None = None,
 ) -> list[ContainerSpec]:
-    """Specs of all ranks, in rank order."""
+    """Specs of all ranks, in rank order; `host_info`: what this cycle's probe read of each host it reached."""
     missing = [name for name in lane.hosts if name not in hosts]
     if missing:
         raise InputError(
@@ -89,6 +91,7 @@ def render_lane(
                 commit=commit,
                 ports=ports,
                 network=network,
+                info=(host_info or {}).get(name),
             )
         )
         for rank, name in enumerate(lane.hosts)

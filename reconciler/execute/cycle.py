@@ -179,6 +179,7 @@ class CycleRunner:
             loaded.policies,
             fix_ancestry=answers,
             host_memory=from_observation(observed),
+            host_info=observed.host_info(),
             model_disks=disks_from_observation(observed),
         )
         undoing = {t for info in pending_restores(self.store).values() for t in info.get("taking") or ()}

@@ -189,6 +189,10 @@ class ObservedFleet:
             object.__setattr__(self, "_lane_index", index)
         return index
 
+    def host_info(self) -> dict[str, HostInfo]:
+        """What the probe read of each host it reached (its OS, links, RDMA devices, disks)."""
+        return {name: h.info for name, h in self.hosts.items() if h.reachable and h.info is not None}
+
     def lanes(self) -> frozenset[str]:
         """Names of every lane that has a container somewhere (to find orphans)."""
         return frozenset(c.lane for h in self.hosts.values() for c in h.containers if c.lane)

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from reconciler.engines import ContainerSpec, start_groups
+from reconciler.engines.hostfacts import placeholders
 from reconciler.engines.launcher import launcher_needs
 from reconciler.facts.observed import ObservedContainer, ObservedFleet
 from reconciler.lane import LaneState
@@ -141,7 +142,12 @@ def _plan_lane(
         return replace(base, action="blocked", reason=f"host(s) unreachable — {reasons}", cause=Cause.UNREACHABLE)
     specs = verdict.rendered[name]
     fp = fingerprint(specs)
-    with_specs = replace(base, fingerprint=fp, specs=tuple(specs))
+    per_host = (
+        tuple((host, tuple((var, spec.env_map[var]) for var in sorted(lane.host_env))) for host, spec in specs)
+        if lane.host_env
+        else ()
+    )
+    with_specs = replace(base, fingerprint=fp, specs=tuple(specs), per_host=per_host)
     squatters = find_squatters(lane, observed)
     in_sync = runs_desired(specs, current) and not squatters
     if in_sync and k.ready.get(name) == fp:
@@ -178,6 +184,12 @@ def _plan_lane(
     problems = host_problems(lane.hosts, desired.hosts, observed.hosts, desired.fleet.fabric.mtu)
     if problems:
         why = "; ".join(str(p) for p in problems) + "; nothing was stopped"
+        return replace(with_specs, action="blocked", reason=why, cause=Cause.HOST_FACTS)
+    # A per-rank value the probe reads (`host_env`, engines/hostfacts.py) that it has not read on this host:
+    # the spec holds a placeholder, which must never run.
+    unread = [f"{host}: host_env {v}" for host, spec in specs for v in placeholders(spec.env)]
+    if unread:
+        why = f"{'; '.join(unread)} not read by the probe; nothing was stopped"
         return replace(with_specs, action="blocked", reason=why, cause=Cause.HOST_FACTS)
     drift = drift_of(specs, current, squatters, lane.port)
     cause = change_cause(current, drift, was_ready=name in k.ready)

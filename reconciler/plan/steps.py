@@ -275,6 +275,9 @@ class LanePlan:
     """A change held by a change window: when the earliest of the lane's windows opens (epoch seconds)."""
     after: tuple[str, ...] = ()
     """Lanes of this plan that change and that this lane is applied after (its file's `after:`)."""
+    per_host: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    """Each rank's own values (its file's `host_env`, engines/hostfacts.py), host by host in rank order, as
+    `lanes plan` shows them: (host, ((variable, value), ...))."""
 
     @property
     def changes(self) -> bool:

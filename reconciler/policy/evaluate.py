@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from reconciler.engines.ports import listening
+from reconciler.facts.hostinfo import HostInfo
 from reconciler.policy.ancestry import FixAncestry
 from reconciler.policy.budget import BudgetParams, LaneBudget, lane_budget
 from reconciler.policy.config import RULE_PARAMS, RuleSettings, Settings, parse_rules
@@ -93,6 +94,7 @@ def evaluate(
     fix_ancestry: FixAncestry | None = None,
     host_memory: Mapping[str, HostMemory] | None = None,
     model_disks: ModelDisks | None = None,
+    host_info: Mapping[str, HostInfo] | None = None,
 ) -> Verdict:
     """Check one commit's desired state against the policy set.
 
@@ -101,7 +103,8 @@ def evaluate(
     `host_memory` is what a probe read of the hosts' MemAvailable (`hostmem.from_observation`); without it
     free memory at boot comes from the hardware profiles, and every figure says which it used.
     `model_disks` is the free disk under each model path a probe measured (`diskfacts.disks_from_observation`);
-    without it the model-disk rule says nothing.
+    without it the model-disk rule says nothing. `host_info` is what the probe read of each host it reached
+    (`ObservedFleet.host_info`), for the per-rank values lanes take from their hosts (`host_env`).
     """
     settings = parse_rules(policies.rules)
     ctx = Context.build(
@@ -123,7 +126,7 @@ def evaluate(
                 detail={"missing_rule": name},
             )
         )
-    rendered, render_findings = render_lanes(desired)
+    rendered, render_findings = render_lanes(desired, host_info)
     ctx.violations.extend(render_findings)
     flags = settings.get(FLAGS_RULE)
     if flags is not None:

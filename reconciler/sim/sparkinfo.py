@@ -116,6 +116,10 @@ class SimHca:
     name: str
     netdevs: list[str]
     roce_v2: bool = True  # False: the v2 GIDs are missing (what a host where NCCL cannot connect shows)
+    gids_before: int = 0
+    """GIDs ahead of the IPv4-mapped pairs besides the link-local pair (another IPv6 address, say): they move
+    every index up, which is why the index of a port's RoCE v2 GID is 3 on some Sparks of a fleet and 4 on
+    others (sparkrun-recipes' launch-sgl-dsv41.sh probes it per node for that reason)."""
 
     def port_state(self, links: dict[str, SimLink]) -> str:
         backing = [links[n] for n in self.netdevs if n in links]
@@ -125,7 +129,7 @@ class SimHca:
         """The IPv4-mapped GIDs the probe reports: per address, RoCE v1 then v2, from index 2 (0 and 1
         are the IPv6 link-local pair the probe does not send)."""
         out: list[dict[str, Any]] = []
-        index = 2
+        index = 2 + self.gids_before
         for name in self.netdevs[:1]:
             for address in links[name].ipv4 if name in links else ():
                 packed = ipaddress.IPv4Interface(address).ip.packed.hex()

@@ -16,6 +16,8 @@ from reconciler.spec.base import AbsPath, Name, StrictModel
 from reconciler.spec.bench import BenchProfile
 
 EngineKind = Literal["sglang", "vllm", "flare", "generic"]
+HostFact = Literal["fabric_address", "fabric_prefix_len", "rdma_hcas", "roce_gid_index"]
+"""What a `host_env` variable takes from its rank's host (`reconciler.engines.hostfacts` says where each is read)."""
 KVCacheDtype = Literal[
     "auto",
     "bf16",
@@ -113,6 +115,12 @@ class Lane(StrictModel):
     port: int = Field(default=8000, ge=1, le=65535)
     args: tuple[str, ...] = Field(default=(), description="extra engine arguments, passed as argv items")
     env: dict[str, str] = Field(default_factory=dict)
+    host_env: dict[str, HostFact] = Field(
+        default_factory=dict,
+        description="environment variables whose value differs per rank, taken from a fact of the rank's host "
+        "(reconciler.engines.hostfacts): fabric_address, fabric_prefix_len and rdma_hcas from the host file's "
+        "data_plane, roce_gid_index read by the probe; rendered per rank and shown in `lanes plan`",
+    )
     mounts: tuple[Mount, ...] = ()
     secrets: tuple[SecretRef, ...] = ()
     health: Health = Health()
@@ -138,13 +146,23 @@ class Lane(StrictModel):
         "beyond a swap, whose stops always go first); each must be a lane of the state, without cycles",
     )
 
-    @field_validator("env")
+    @field_validator("env", "host_env")
     @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+    def _env_names(cls, value: dict[str, Any]) -> dict[str, Any]:
         for key in value:
             if not ENV_NAME_RE.match(key):
                 raise ValueError(f"'{key}' is not an environment variable name")
         return value
+
+    @model_validator(mode="after")
+    def _host_env_apart(self) -> Lane:
+        # One value per variable: a host fact and a plain value (or a secret) for the same name would leave
+        # which one a rank gets to the order of rendering.
+        plain = set(self.env) | {s.env for s in self.secrets}
+        both = sorted(set(self.host_env) & plain)
+        if both:
+            raise ValueError(f"host_env: {', '.join(both)} also set in env or secrets; give each variable one value")
+        return self
 
     @model_validator(mode="before")
     @classmethod

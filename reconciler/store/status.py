@@ -70,10 +70,6 @@ def last_engine_error(store: Store, lane: str) -> str | None:
     return None
 
 
-def _never_tried(store: Store, lane: str) -> bool:
-    return not store.db.table("applies").count_where("lane = ?", [lane])
-
-
 def instant_text(epoch: float | None) -> str | None:
     """An instant as people and tools read it: ISO 8601 in UTC, to the second."""
     if epoch is None:
@@ -114,8 +110,9 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
                 if rec and rec.last_error
                 else None,
                 # The journal never saw the lane applied (`progressing` is what is wanted of it): no record, or
-                # only a hold put on it (`lanes suspend` of a lane that never ran).
-                "never_applied": rec is None or (rec.applied_commit is None and _never_tried(store, name)),
+                # only a hold put on it (`lanes suspend` of a lane no cycle has looked at: its row names no commit).
+                "never_applied": rec is None
+                or (rec.hold == "suspended" and rec.applied_commit is None and rec.desired_commit is None),
                 "timings": rec.timings if rec else {},
                 "evidence": rec.evidence if rec else {},
                 "updated": rec.updated if rec else None,

@@ -65,7 +65,9 @@ def test_production_lane_rendezvous_on_the_switch_fabric_not_the_ssh_address() -
         assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("enp1s0f0np0", "enp1s0f0np0")
         # Both PCIe functions of the cabled CX-7 port, as the lane's own launcher lists them (RDMA_HCAS).
         assert (env["NCCL_IB_HCA"], env["NCCL_IB_ADDR_RANGE"]) == ("rocep1s0f0,roceP2p1s0f0", "192.168.100.0/24")
-        assert "NCCL_IB_GID_INDEX" not in env  # NCCL picks it per node
+        # Per node, as its launcher passes it: read by the probe, so a placeholder without one (tests/engines/
+        # test_host_env.py renders it probed).
+        assert env["NCCL_IB_GID_INDEX"] == f"<lanes: roce_gid_index of {lane.hosts[rank]}, read by the probe>"
         assert spec.privileged and (spec.shm_size, spec.memory, spec.oom_score_adj) == (None, "112g", 500)
     assert head.secret_env == ("HF_TOKEN",)
 
@@ -100,5 +102,5 @@ def test_production_lane_switches_its_images_overlay_on_with_each_ranks_engram_r
         assert spec.command[spec.command.index("--chunked-prefill-size") + 1] == str(chunk)
         # The launcher sizes the overlay's gather for max(CHUNK, MAXREQ x 8) ids x 32.
         assert env["SPARK_ENGRAM_MAX_IDS"] == str(max(chunk, lane.max_num_seqs * 8) * 32) == "65536"
-        # Its RDMA collectives need a GID index probed per node, which one env for every rank cannot carry.
-        assert env["SPARK_ROCE_AR"] == "0" and "B12X_ROCE_GID_INDEX" not in env
+        # Its RDMA collectives on, with the GID index each node's probe reads (`host_env`).
+        assert env["SPARK_ROCE_AR"] == "1" and "B12X_ROCE_GID_INDEX" in env

@@ -41,8 +41,12 @@ REPO = Path(__file__).resolve().parents[2]
 #   lanes itself restarts nothing for it (a host with one port per subnet renders as before).
 # - issue 13, the production lane's env and mount switch its image's overlay on (SPARK_ENGRAM_DIR): a
 #   state edit of that lane alone, which restarts its four ranks and nothing else.
+# - issue 25, the production lane's per-node values (host_env: its GID index, RoCE devices, fabric prefix and
+#   address), its RDMA collectives on and its JIT cache mount: a state edit of that lane alone (its four
+#   ranks restart once); lanes without host_env render as before. Pinned as rendered without a probe (the
+#   GID index a placeholder): a probed rank's hash holds its host's own index.
 PINNED: dict[str, tuple[str, ...]] = {
-    "dsv41-flash-1017-4x-sglang": ("d2f22acd9b694ff1", "44dc98aec0896050", "adab1b7a009bb7bb", "6baf6ce673c7cdd0"),
+    "dsv41-flash-1017-4x-sglang": ("ccd63e18381f4889", "ddab152692f269b6", "ba0472f05ac427a8", "8ad86b9cbcf28b3d"),
     "eugr-nightly-dsv41-3x": ("b74015ed9dd8e3a9", "3fa43096450a9691", "48d16f1273a88bb7"),
     "glm53-mxfp4-fp8-4x-r39": ("61ba0c452f5ad8bb", "6e872e1a2667c569", "33ea280c9e0acf09", "5ace1e9cbcdf2425"),
     "minimax-m31-flash-4x-flare": ("d2f801353e40d184", "139f7f06e75ac072", "4e75858d51b0ccce", "4ae166044dd16f12"),

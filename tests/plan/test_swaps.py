@@ -14,7 +14,16 @@ from reconciler.policy import evaluate
 from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState, load_desired
 from tests.support.example import EUGR, PRODUCTION, example_policies, example_state, repo_files, with_lane
-from tests.support.planfleet import NEW_IMAGE, applied_fleet, converge, empty_fleet, lane_of, run, stopped_state
+from tests.support.planfleet import (
+    NEW_IMAGE,
+    applied_fleet,
+    converge,
+    empty_fleet,
+    lane_of,
+    probed,
+    run,
+    stopped_state,
+)
 
 pytestmark = pytest.mark.timeout(30)
 NEXT = "dsv41-flash-next-4x-sglang"
@@ -29,7 +38,7 @@ def swapped(desired: DesiredState, image: str = NEW_IMAGE) -> DesiredState:
 
 
 def next_fingerprint(state: DesiredState) -> str:
-    return fingerprint(evaluate(state, example_policies()).rendered[NEXT])
+    return fingerprint(evaluate(state, example_policies(), host_info=probed(state)).rendered[NEXT])
 
 
 def test_a_stop_and_a_deploy_on_the_same_hosts_are_one_swap_and_the_stop_keeps_its_env_files() -> None:

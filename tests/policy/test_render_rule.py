@@ -71,9 +71,9 @@ def test_a_stopped_lane_that_cannot_render_is_a_warning() -> None:
 
 def test_the_planner_denies_it_and_plans_the_others() -> None:
     desired = with_lane(example_state(), EUGR, mounts=(ONTO_THE_CACHE,))
-    verdict = evaluate(desired, example_policies())
-    from tests.plan.test_planner import empty_fleet
+    from tests.support.planfleet import empty_fleet, probed
 
+    verdict = evaluate(desired, example_policies(), host_info=probed(desired))  # as a cycle renders
     result = plan_fleet(desired, empty_fleet(desired), verdict, PlanOptions())
     actions = {lp.lane: lp.action for lp in result.lanes}
     assert actions[EUGR] == "denied" and actions[PRODUCTION] == "deploy"

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from reconciler.engines import ContainerSpec
+from reconciler.facts.hostinfo import HostInfo, RdmaDevice
 from reconciler.facts.observed import (
     Lease,
     ModelPresence,
@@ -22,6 +23,7 @@ from reconciler.plan import LanePlan, Plan, PlanOptions, fingerprint, plan_fleet
 from reconciler.plan.specjson import spec_to_json
 from reconciler.plan.steps import Serving
 from reconciler.policy import evaluate
+from reconciler.spec import Host
 from reconciler.spec.load import DesiredState
 from tests.support.example import example_policies
 
@@ -40,6 +42,7 @@ def host(
 ) -> ObservedHost:
     paths = {m.path for m in desired.models.values()}
     models = {p: ModelPresence(p not in set(missing_models), 1 << 30) for p in paths}
+    spec = desired.hosts.get(name)
     return ObservedHost(
         host=name,
         reachable=True,
@@ -54,7 +57,22 @@ def host(
         lease=lease,
         probe_errors=(),
         probed_at=1000.0,
+        info=rdma_info(spec) if spec is not None else None,
     )
+
+
+def probed(desired: DesiredState) -> dict[str, HostInfo]:
+    """What a probe of every healthy host reads (`host`'s info): what a cycle renders the lanes with."""
+    return {name: rdma_info(spec) for name, spec in desired.hosts.items()}
+
+
+def rdma_info(spec: Host, gid_index: int = 3) -> HostInfo:
+    """What a probe reads of a healthy host's RoCE devices: each data-plane port's HCA active, backed by its
+    interface, with a RoCE v2 GID for its address (what `host_env`'s roce_gid_index is read from)."""
+    devices = tuple(
+        RdmaDevice(p.hca, (p.interface,), "4: ACTIVE", {p.ip: gid_index}) for p in spec.data_plane if p.hca is not None
+    )
+    return HostInfo(rdma=devices)
 
 
 def empty_fleet(desired: DesiredState, **overrides: ObservedHost) -> ObservedFleet:
@@ -97,7 +115,7 @@ def run(
     (condemned), a backoff until `retry_at`, the lanes whose failure undid a swap (`swapped`), the spec that
     `serving` in place of a failed one, a person's hold (`suspended`); `lanes` gives whole states, which win
     over all of these."""
-    verdict = evaluate(desired, example_policies())
+    verdict = evaluate(desired, example_policies(), host_info=observed.host_info())  # as a cycle renders
     if ready is None:
         ready = {name: fingerprint(specs) for name, specs in verdict.rendered.items()}
     states = lane_states(ready, failed or {}, retry_at or {}, frozenset(swapped), serving or {}, suspended or {})

@@ -15,8 +15,11 @@ would be denied if started), as other rules do for stopped lanes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from reconciler.engines import ContainerSpec, render_lane
 from reconciler.errors import InputError
+from reconciler.facts.hostinfo import HostInfo
 from reconciler.policy.verdict import Violation
 from reconciler.spec.load import DesiredState
 
@@ -25,8 +28,14 @@ RULE = "render"
 Rendered = dict[str, tuple[tuple[str, ContainerSpec], ...]]
 
 
-def render_lanes(desired: DesiredState) -> tuple[Rendered, list[Violation]]:
-    """(host, spec) of every rank of every renderable lane, and a finding for each lane that is not."""
+def render_lanes(
+    desired: DesiredState, host_info: Mapping[str, HostInfo] | None = None
+) -> tuple[Rendered, list[Violation]]:
+    """(host, spec) of every rank of every renderable lane, and a finding for each lane that is not.
+
+    `host_info`: what this cycle's probe read of each host it reached, for the per-rank values a lane takes
+    from its hosts (`host_env`); without it those the probe reads render as placeholders the planner never
+    starts (`engines.hostfacts`)."""
     rendered: Rendered = {}
     violations: list[Violation] = []
     for name in sorted(desired.lanes):
@@ -35,7 +44,7 @@ def render_lanes(desired: DesiredState) -> tuple[Rendered, list[Violation]]:
         if model is None or any(h not in desired.hosts for h in lane.hosts):
             continue  # the topology and model checks say what is missing; nothing to render from
         try:
-            specs = render_lane(lane, model, desired.fleet, desired.hosts, desired.commit)
+            specs = render_lane(lane, model, desired.fleet, desired.hosts, desired.commit, host_info)
         except InputError as exc:
             field = exc.field or ""
             message = exc.message
