@@ -14,8 +14,10 @@ class below sits where its consequence is::
     │   │                           (source/mirror.py)
     │   ├── AnswerTooLargeError     an upstream's answer passed its size or time cap: that source
     │   │                           failed this poll (upstream/bounded.py)
-    │   └── WalkStoppedError        a history walk was stopped (its request ended or timed out)
-    │                               (source/history.py)
+    │   ├── WalkStoppedError        a history walk was stopped (its request ended or timed out)
+    │   │                           (source/history.py)
+    │   └── TrialDisplacedError     a lane of the newest commit uses a trial's spare host: the trial
+    │                               is not started, or is ended (execute/trials.py)
     ├── PermanentError ........ will repeat until the lane or the host changes: the spec is condemned
     │   ├── RemoteCommandError      a host command exited non-zero (a `docker run` refused, ...)
     │   ├── HostKeyError            the host's key is not the pinned one

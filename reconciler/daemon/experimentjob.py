@@ -15,8 +15,9 @@ cache"). Push them as a branch `lanes/trials/<name>` that changes lanes, and the
 4. posts the comparison on the branch's pull request (`[forge]`); a branch without one gets it
    posted once a pull request is open, and a notification either way.
 
-Trials run in the daemon's main loop between reconciles, like the upstream job: a trial lane never
-meets a resync that would take it for an orphan.
+Trials run beside the daemon's cycles, never holding them (`Operations.trial`): a trial lane is in
+flight, so no cycle takes it for a lane removed from the state, and a commit that needs one of its
+hosts ends it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from reconciler.daemon.trialjob import run_trial
 from reconciler.daemon.trialsettings import TRIAL_BRANCH_PREFIX
 from reconciler.errors import InputError, LanesError
 from reconciler.execute.cycle import CycleRunner
+from reconciler.execute.operations import Operations
 from reconciler.notifications import hub as notifications
 from reconciler.policy.evaluate import evaluate
 from reconciler.source.loadcommit import load_commit
@@ -96,11 +98,18 @@ def trial_lane(lane: Lane, spare: tuple[str, ...]) -> Lane:
 
 class ExperimentJob:
     def __init__(
-        self, config: DaemonConfig, decider: CommitDecider, runner: CycleRunner, mirror: Mirror, store: Store
+        self,
+        config: DaemonConfig,
+        decider: CommitDecider,
+        runner: CycleRunner,
+        mirror: Mirror,
+        store: Store,
+        operations: Operations,
     ) -> None:
         self.config = config
         self.decider = decider
         self.runner = runner
+        self.operations = operations
         self.mirror = mirror
         self.store = store
 
@@ -177,6 +186,7 @@ class ExperimentJob:
                 self.config,
                 self.runner,
                 self.mirror,
+                self.operations,
                 candidate,
                 loaded,
                 production=name,

@@ -50,7 +50,6 @@ from reconciler.logsetup import remember_secrets
 from reconciler.notifications import hub as notifications
 from reconciler.source.mirror import Mirror
 from reconciler.source.watch import watch_refs
-from reconciler.spec.lane import Lane
 from reconciler.store.experiments import experiments
 from reconciler.store.journal import Store
 from reconciler.store.lanestate import lane_states
@@ -97,8 +96,6 @@ class Daemon:
         self._store_down = False
         self.jobs: dict[str, asyncio.Task[None]] = {}
         """Long jobs running beside the loop (the upstream poll, trial branches), by name."""
-        self.hosts = asyncio.Lock()
-        """Held by a cycle and by a trial on spare hosts: a trial lane never meets a cycle that would stop it."""
         self.deliveries = DeliveryWindow(config.http.replay_window)  # signed webhook deliveries seen
         self._setup()
 
@@ -131,8 +128,9 @@ class Daemon:
             credential_file=cfg.repo.credential_file,
             notes_signing_key=cfg.evidence_key() if cfg.repo.require_signed_commits else None,
         )
-        # Lane changes run as operations of their own: the loop never waits for a readiness gate.
-        self.operations = Operations()
+        # Lane changes run as operations of their own: the loop never waits for a readiness gate. Trials on
+        # spare hosts run beside them; one a commit ended leaves lanes to plan once it let go of its hosts.
+        self.operations = Operations(on_trial_end=self._operation_ended)
         self.decider = CommitDecider(
             cfg,
             self.store,
@@ -182,14 +180,8 @@ class Daemon:
         self.trigger.kick("upstream")
 
     async def _run_upstream(self) -> None:
-        made = make_trial(self.config, self.runner, self.mirror, self.decider)
-
-        async def trial(lane: Lane, commit: str, branch: str) -> str:
-            # A trial lane must never meet a cycle that would see it as an orphan, nor an apply on its hosts:
-            # it runs between cycles; the poll around it does not hold them.
-            async with self.hosts:
-                return await made(lane, commit, branch)
-
+        # Its trials run beside the cycles (`Operations.trial`): their lanes in flight, their hosts held.
+        trial = make_trial(self.config, self.runner, self.mirror, self.decider, self.operations)
         try:
             async with asyncio.timeout(UPSTREAM_TIMEOUT_S):  # not wait_for: it can drop a cancel on 3.11
                 await upstream_job(self.config, self.decider, self.mirror, self.metrics, trial)
@@ -199,13 +191,12 @@ class Daemon:
             log.error("upstream.crashed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
 
     async def _experiments_job(self) -> None:
-        self.trigger.kick("experiments")  # in the main loop, between reconciles, as the upstream job
+        self.trigger.kick("experiments")  # started by the main loop as a task of its own, as the upstream job
 
     async def _run_experiments(self) -> None:
-        job = ExperimentJob(self.config, self.decider, self.runner, self.mirror, self.store)
+        job = ExperimentJob(self.config, self.decider, self.runner, self.mirror, self.store, self.operations)
         try:
-            # Its trial lanes run on hosts, so between cycles (as the upstream job's trials do).
-            async with asyncio.timeout(UPSTREAM_TIMEOUT_S), self.hosts:
+            async with asyncio.timeout(UPSTREAM_TIMEOUT_S):
                 await job.run()
         except (TimeoutError, LanesError) as exc:
             log.error("trial.job_failed", error=str(exc) or "timed out")
@@ -214,8 +205,7 @@ class Daemon:
 
     async def step(self, reasons: set[str]) -> None:
         if reasons - {"upstream", "experiments"}:
-            async with self.hosts:
-                await self.cycle(reasons)
+            await self.cycle(reasons)
         if "upstream" in reasons and self.config.upstream.enabled:
             self._background("upstream", self._run_upstream)
         if "experiments" in reasons and self.config.experiments.enabled:
@@ -294,7 +284,7 @@ class Daemon:
         self._retry_specs()
         self._retry_windows()
         refused = self.decider.refused if outcome == "refused" else None
-        busy = sorted(self.operations.busy())
+        busy = sorted(self.operations.busy() - self.operations.trials.lanes())  # trials: the jobs say them
         if busy:
             self.set_phase(f"idle at {head[:12]}: {outcome}, applying {', '.join(busy)}")
         else:

@@ -28,6 +28,8 @@ from reconciler.daemon.evidencejob import baseline_evidence, measure_and_commit
 from reconciler.daemon.gate import Gate, UnverifiedCommitError
 from reconciler.errors import InputError, LanesError
 from reconciler.execute.cycle import CycleRunner, targets_for
+from reconciler.execute.operations import Operations
+from reconciler.execute.trials import TrialDisplacedError
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.source.mirror import Mirror
 from reconciler.spec.lane import Lane
@@ -115,6 +117,7 @@ async def run_trial(
     config: DaemonConfig,
     runner: CycleRunner,
     mirror: Mirror,
+    operations: Operations,
     candidate: Lane,
     loaded: LoadedCommit,
     *,
@@ -128,37 +131,54 @@ async def run_trial(
 
     The same path for a proposal's candidate and for a person's trial branch. `signing_parents`: with
     signed commits on, the evidence commit is signed with the evidence key and built only on these.
+    It runs beside the daemon's cycles and lane operations, never holding them (`Operations.trial`): a
+    commit that needs one of its hosts ends it, and a host a lane of the last plan runs on is not spare.
     """
     name = candidate.name
     desired: DesiredState = dataclasses.replace(loaded.desired, lanes={**loaded.desired.lanes, name: candidate})
     only = frozenset({name})
-    try:
-        result = await runner.run_cycle(LoadedCommit(loaded.commit, desired, loaded.policies), only_lanes=only)
-        outcome = next((r for r in result.results if r.lane == name), None)
-        if outcome is None or outcome.result != "applied":
-            why = outcome.error if outcome else "not planned"
-            return TrialReport(
-                f"### Trial on spare hosts\n\nThe candidate did not become healthy on "
-                f"{', '.join(candidate.hosts)}: {why}\n"
+
+    async def attempt() -> TrialReport:
+        try:
+            result = await runner.run_cycle(
+                LoadedCommit(loaded.commit, desired, loaded.policies), only_lanes=only, operations=operations
             )
-        url = f"http://{targets_for(desired, config.overrides())[candidate.hosts[0]].address}:{candidate.port}"
-        baseline = baseline_evidence(mirror, production, at=baseline_at)
-        ev, made = await measure_and_commit(
-            config, mirror, desired, name, url=url, baseline=baseline, commit=loaded.commit, branch=branch,
-            parents=signing_parents,
-        )  # fmt: skip
-        log.info("trial.measured", lane=production, branch=branch, regression=bool(ev.get("regression")))
-        return TrialReport(comparison_markdown(ev, production), True, made, bool(ev.get("regression")))
-    except LanesError as exc:
-        log.warning("trial.failed", lane=production, error=str(exc))
-        return TrialReport(f"### Trial on spare hosts\n\nThe trial failed: {exc}\n")
-    finally:
+            outcome = next((r for r in result.results if r.lane == name), None)
+            if outcome is None or outcome.result != "applied":
+                why = outcome.error if outcome else "not planned"
+                return TrialReport(
+                    f"### Trial on spare hosts\n\nThe candidate did not become healthy on "
+                    f"{', '.join(candidate.hosts)}: {why}\n"
+                )
+            url = f"http://{targets_for(desired, config.overrides())[candidate.hosts[0]].address}:{candidate.port}"
+            baseline = baseline_evidence(mirror, production, at=baseline_at)
+            ev, made = await measure_and_commit(
+                config, mirror, desired, name, url=url, baseline=baseline, commit=loaded.commit, branch=branch,
+                parents=signing_parents,
+            )  # fmt: skip
+            log.info("trial.measured", lane=production, branch=branch, regression=bool(ev.get("regression")))
+            return TrialReport(comparison_markdown(ev, production), True, made, bool(ev.get("regression")))
+        except LanesError as exc:
+            log.warning("trial.failed", lane=production, error=str(exc))
+            return TrialReport(f"### Trial on spare hosts\n\nThe trial failed: {exc}\n")
+
+    async def cleanup() -> None:
         stopped = candidate.model_copy(update={"desired": "stopped"})
-        cleanup = dataclasses.replace(desired, lanes={**desired.lanes, name: stopped})
-        await runner.run_cycle(LoadedCommit(loaded.commit, cleanup, loaded.policies), only_lanes=only)
+        gone = dataclasses.replace(desired, lanes={**desired.lanes, name: stopped})
+        await runner.run_cycle(
+            LoadedCommit(loaded.commit, gone, loaded.policies), only_lanes=only, operations=operations
+        )
+
+    try:
+        return await operations.trial((name,), tuple(candidate.hosts), attempt, cleanup)
+    except TrialDisplacedError as exc:
+        log.warning("trial.displaced", lane=production, hosts=list(candidate.hosts), reason=str(exc))
+        return TrialReport(f"### Trial on spare hosts\n\nThe trial was {exc}\n")
 
 
-def make_trial(config: DaemonConfig, runner: CycleRunner, mirror: Mirror, gate: Gate) -> TrialFn:
+def make_trial(
+    config: DaemonConfig, runner: CycleRunner, mirror: Mirror, gate: Gate, operations: Operations
+) -> TrialFn:
     async def trial(lane: Lane, commit: str, branch: str) -> str:
         try:
             candidate, loaded = _candidate(config, mirror, gate, lane, commit)
@@ -168,7 +188,15 @@ def make_trial(config: DaemonConfig, runner: CycleRunner, mirror: Mirror, gate: 
         # The proposal commit is what is tried (its lanes are the verified commit's but for the image).
         tried = LoadedCommit(commit, loaded.desired, loaded.policies)
         report = await run_trial(
-            config, runner, mirror, candidate, tried, production=lane.name, baseline_at=loaded.commit, branch=branch
+            config,
+            runner,
+            mirror,
+            operations,
+            candidate,
+            tried,
+            production=lane.name,
+            baseline_at=loaded.commit,
+            branch=branch,
         )
         return report.markdown
 

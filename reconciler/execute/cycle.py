@@ -213,14 +213,16 @@ class CycleRunner:
         progress: ProgressFn | None = None,
         wait_backoff: bool = True,
         now: bool = False,
+        operations: Operations | None = None,
     ) -> CycleResult:
+        """`operations`: the daemon's, for a trial beside them (their host locks; its gate ended by a commit)."""
         verdict, observed, fleet_plan, _ = await self.observe_and_plan(
             loaded, only_lanes, wait_backoff=wait_backoff, now=now, run_preflight=apply and self.settings.preflight
         )
         result = CycleResult(loaded.commit, verdict, observed, fleet_plan)
         if not apply:
             return result
-        executor = self._executor(loaded, progress)
+        executor = self._executor(loaded, progress, operations)
         result.results = await executor.apply(fleet_plan, loaded.desired, lease_file(loaded.desired))
         return result
 
@@ -249,7 +251,9 @@ class CycleRunner:
         result.preempted = tuple(lane for lane in wanted if operations.preempt(lane, loaded.commit))
         # A lane whose transaction cannot be ended now (it is rolling back) is planned again once it ends.
         unended = tuple(lane for lane in wanted if lane not in result.preempted)
-        split = split_plan(fleet_plan, operations.busy(), restoring=pending_restores(self.store).keys())
+        # A trial on a host this plan acts on is ended (the newest commit wins); until it let go, lanes there wait.
+        held = operations.trials.claim(fleet_plan, loaded.commit, full=only_lanes is None)
+        split = split_plan(fleet_plan, operations.busy(), restoring=pending_restores(self.store).keys(), held=held)
         result.in_flight = tuple(sorted({*operations.busy(), *split.deferred} & {lp.lane for lp in fleet_plan.lanes}))
         result.deferred = tuple(sorted({*split.deferred, *unended}))
         result.judging = tuple(sorted(operations.judging() & {lp.lane for lp in fleet_plan.lanes}))

@@ -6,7 +6,8 @@ to new commits, webhooks and operators while they run. A lane in flight is left 
 cycles until its operation ends, unless a newer commit wants another spec of it: then its
 transaction is ended at its next safe point (`InFlight.preempt`) and the cycle that follows
 applies the newest spec. A shutdown cancels every operation, whose transactions put the last
-healthy spec back as they always did.
+healthy spec back as they always did. Trials on spare hosts run beside them, their lanes in flight
+too and their hosts held (`reconciler.execute.trials`).
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from reconciler.execute.inflight import InFlight
 from reconciler.execute.results import LaneResult, Result
+from reconciler.execute.trials import Trials
+from reconciler.plan.operations import touched_hosts
 from reconciler.plan.steps import Plan
 
 log = structlog.get_logger("lanes.operations")
+T = TypeVar("T")
 
 
 @dataclass
@@ -55,8 +59,10 @@ DoneFn = Callable[[Operation, list[LaneResult]], Awaitable[None]]
 
 
 class Operations:
-    def __init__(self) -> None:
+    def __init__(self, on_trial_end: Callable[[bool], None] = lambda _replan: None) -> None:
         self.inflight = InFlight()
+        self.trials = Trials(self.inflight, on_trial_end)
+        """Trials on spare hosts; `on_trial_end(replan)` once one let go of its hosts."""
         self._by_lane: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._judging: set[str] = set()
@@ -64,8 +70,22 @@ class Operations:
         """Preflight keys tried in this process (`judge`)."""
 
     def busy(self) -> frozenset[str]:
-        """Lanes whose operation has not ended, or whose arguments their image is judging."""
-        return frozenset(self._by_lane) | frozenset(self._judging)
+        """Lanes whose operation has not ended, whose arguments their image is judging, or a trial runs."""
+        return frozenset(self._by_lane) | frozenset(self._judging) | self.trials.lanes()
+
+    def changing(self) -> frozenset[str]:
+        """Hosts the operations in flight run on or change."""
+        return frozenset(h for op in self._by_lane.values() for lp in op.plan.lanes for h in touched_hosts(lp))
+
+    async def trial(
+        self,
+        lanes: tuple[str, ...],
+        hosts: tuple[str, ...],
+        attempt: Callable[[], Coroutine[Any, Any, T]],
+        cleanup: Callable[[], Coroutine[Any, Any, None]],
+    ) -> T:
+        """Run a trial of `lanes` on spare `hosts` beside the operations (`Trials.run`)."""
+        return await self.trials.run(lanes, hosts, self.changing, attempt, cleanup)
 
     def judging(self) -> frozenset[str]:
         """Lanes whose arguments their image is judging (`judge`)."""

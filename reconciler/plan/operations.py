@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from reconciler.plan.steps import LanePlan, Plan
+from reconciler.plan.steps import AcquireLeases, LanePlan, Plan
 
 ACTING = frozenset({"deploy", "verify", "stop"})
 """Plan actions that run a transaction on hosts (everything else is observed by the cycle itself)."""
@@ -33,11 +33,17 @@ class Split:
     """Lanes left out because a lane they move with is in flight: planned again once it ends."""
 
 
-def split_plan(plan: Plan, busy: Collection[str], restoring: Collection[str] = ()) -> Split:
+def touched_hosts(lp: LanePlan) -> frozenset[str]:
+    """The hosts a lane's plan runs on or changes: its own, and those its leases cover (where it moves from)."""
+    return frozenset(lp.hosts).union(*(s.hosts for s in lp.steps if isinstance(s, AcquireLeases)))
+
+
+def split_plan(plan: Plan, busy: Collection[str], restoring: Collection[str] = (), held: Collection[str] = ()) -> Split:
     """Cut `plan` into independent operations, leaving out `busy` lanes (in flight) and what is bound to them.
 
     `restoring`: lanes a killed daemon left in the middle of a swap undo; their resumption gates a lane, so
-    it is an operation, not an observation.
+    it is an operation, not an observation. `held`: hosts something beside the plan holds (a trial on spare
+    hosts, `reconciler.execute.trials`): a group acting on one waits, as one bound to a busy lane does.
     """
     by_name = {lp.lane: lp for lp in plan.lanes}
     parent = {lp.lane: lp.lane for lp in plan.lanes}
@@ -87,9 +93,10 @@ def split_plan(plan: Plan, busy: Collection[str], restoring: Collection[str] = (
             bound.setdefault(lp.lane, set()).add(dep)
     deferred: list[str] = []
     operations: list[Plan] = []
+    held_set = set(held)
     for members in groups.values():
         reach = set(members).union(*(bound.get(m, set()) for m in members))
-        if reach & busy_set:
+        if reach & busy_set or any(touched_hosts(by_name[m]) & held_set for m in members):
             deferred.extend(m for m in members if m not in busy_set)
             continue
         lanes = tuple(by_name[m] for m in members)

@@ -13,6 +13,7 @@ import pytest
 from reconciler.daemon.config import load_config
 from reconciler.daemon.evidencejob import benchmark_changed
 from reconciler.daemon.trialjob import make_trial
+from reconciler.execute.operations import Operations
 from reconciler.source.loadcommit import LoadedCommit, load_commit
 from reconciler.source.mirror import Mirror
 from reconciler.spec.upstream import GitHubReleases
@@ -108,7 +109,7 @@ async def test_a_candidate_is_tried_on_spare_hosts_and_compared_in_the_pull_requ
                 )
                 # The daemon decides its own evidence commit next: that is the verified commit proposals start from.
                 decided = load_commit(mirror.repo, mirror.fetch())
-                trial = make_trial(config, env.runner, mirror, Verified(decided))
+                trial = make_trial(config, env.runner, mirror, Verified(decided), Operations())
                 outcomes = await propose_all(mirror.repo, store, settings, trial=trial, base=decided.commit)
             opened = [o for o in outcomes if o.lane == PRODUCTION]
             assert opened and opened[0].action == "opened", outcomes

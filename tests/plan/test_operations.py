@@ -70,3 +70,12 @@ def test_a_newer_plan_preempts_only_what_it_wants_otherwise() -> None:
     assert not supersedes(lane("x", "stop", ("h",), None), None, "stop")
     plan = Plan("c", (lane("x", "deploy", ("h",), "f2"), lane("y", "verify", ("g",), "f1")))
     assert preemptions(plan, {"x": ("f1", "deploy"), "y": ("f1", "deploy"), "gone": ("f1", "deploy")}) == ["x"]
+
+
+def test_a_group_on_a_host_held_beside_the_plan_waits() -> None:
+    # A lane moving from h1 to h2 touches both (its lease covers h1); h1 is held by a trial on spare hosts.
+    mover = LanePlan("mover", "deploy", "", (AcquireLeases(("h1", "h2")),), "f1", hosts=("h2",), commit="c")
+    plan = Plan("c", (mover, lane("sharer", "deploy", ("h2",)), lane("free", "deploy", ("h3",))))
+    split = split_plan(plan, (), held=("h1",))
+    assert [sorted(lp.lane for lp in op.lanes) for op in split.operations] == [["free"]]
+    assert split.deferred == ("mover", "sharer")
