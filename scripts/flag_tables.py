@@ -171,8 +171,9 @@ def table(
     read = READERS[engine](wheel)
     if not read.flags:
         # A table with no flags would refuse every argv (or, standing in for a build, warn on all of
-        # it): the reader did not understand this wheel (SGLang 0.5.20 on builds ServerArgs with
-        # msgspec, which scripts/flagtables does not model), so write nothing.
+        # it): the reader did not understand this wheel (a registration built on a library
+        # scripts/flagtables does not model, as SGLang 0.5.20's msgspec Structs were before
+        # scripts/flagtables/msgspec_standin.py), so write nothing.
         notes = "".join(f"\n  note: {n}" for n in read.notes)
         raise SystemExit(f"{wheel.filename}: no flags read, no table written{notes}")
     return {
