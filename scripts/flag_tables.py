@@ -20,7 +20,8 @@ builds the table stands for, with the rule that chose it:
   date it was built: `--built VERSION=DATE`, else the lane's image_built.
 
 A release cannot know a branch's own flags (the production lane's DeepSeek
-V4.1 branch adds `--tool-call-parser deepseekv41`, which no release has):
+V4.1 branch added `--tool-call-parser deepseekv41` before any release had it;
+0.5.21 was the first, and 0.5.19, the release its build stands for, lacks it):
 `--wheel VERSION=PATH` reads a wheel (or any zip of the package's source,
 e.g. the image's /sgl-workspace/sglang/python zipped) for that build instead,
 and the table is the build's own.

@@ -67,7 +67,7 @@ def test_a_choice_the_release_lacks_is_denied_with_its_choices() -> None:
 
 # The arguments of the production lane's public launcher (aidendle94/sparkrun-recipes,
 # recipes/deepseek-v4.1-flash/sglang/launch/launch-sgl-dsv41.sh @ 08d7b30), which its SGLang branch
-# build takes and no SGLang release has.
+# build takes and 0.5.19, the release that build stands for, lacks (releases have them from 0.5.21).
 LAUNCHER_ARGS = (
     "--reasoning-parser",
     "deepseek-v41",
