@@ -20,7 +20,8 @@ builds the table stands for, with the rule that chose it:
   date it was built: `--built VERSION=DATE`, else the lane's image_built.
 
 A release cannot know a branch's own flags (the production lane's DeepSeek
-V4.1 branch adds `--tool-call-parser deepseekv41`, which no release has):
+V4.1 branch added `--tool-call-parser deepseekv41` before any release had it;
+0.5.21 was the first, and 0.5.19, the release its build stands for, lacks it):
 `--wheel VERSION=PATH` reads a wheel (or any zip of the package's source,
 e.g. the image's /sgl-workspace/sglang/python zipped) for that build instead,
 and the table is the build's own.
@@ -171,8 +172,9 @@ def table(
     read = READERS[engine](wheel)
     if not read.flags:
         # A table with no flags would refuse every argv (or, standing in for a build, warn on all of
-        # it): the reader did not understand this wheel (SGLang 0.5.20 on builds ServerArgs with
-        # msgspec, which scripts/flagtables does not model), so write nothing.
+        # it): the reader did not understand this wheel (a registration built on a library
+        # scripts/flagtables does not model, as SGLang 0.5.20's msgspec Structs were before
+        # scripts/flagtables/msgspec_standin.py), so write nothing.
         notes = "".join(f"\n  note: {n}" for n in read.notes)
         raise SystemExit(f"{wheel.filename}: no flags read, no table written{notes}")
     return {

@@ -20,8 +20,8 @@ Which table judges a lane's `engine_version` (`table_for`):
 Only 1 and 2 are exact: they are the parser the build runs. A release's
 table judging another build (3, 4) may lack flags the build has (the
 production lane's SGLang branch takes `--reasoning-parser deepseek-v41`,
-which no release has), so what it refuses is a warning naming that release,
-never a denial.
+which 0.5.19, the release its build stands for, lacks: releases have it from
+0.5.21), so what it refuses is a warning naming that release, never a denial.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import enum
 import typing
 from typing import TYPE_CHECKING, Any
 
+from scripts.flagtables import msgspec_standin
 from scripts.flagtables.values import EngineError, Func, Indeterminate, StubMeta, Unknown
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ def make_class(interp: Interp, node: ast.ClassDef, scope: Scope) -> object:
         func.owner = cls
     if _is_dataclass(interp, node, scope):
         _dataclass_fields(interp, cls, node, body_scope)
+    elif issubclass(cls, msgspec_standin.Struct):
+        _dataclass_fields(interp, cls, node, body_scope, msgspec_standin.FIELDS_ATTR)
     return cls
 
 
@@ -133,12 +136,15 @@ def _is_classvar(annotation: object, text: str) -> bool:
     return text.split("[", 1)[0].rsplit(".", 1)[-1] in ("ClassVar", "InitVar", "KW_ONLY")
 
 
-def _dataclass_fields(interp: Interp, cls: type, node: ast.ClassDef, body_scope: Scope) -> None:
+def _dataclass_fields(
+    interp: Interp, cls: type, node: ast.ClassDef, body_scope: Scope, attr: str = "__dataclass_fields__"
+) -> None:
+    """A dataclass's fields (in `__dataclass_fields__`), or a msgspec Struct's (in `attr`), bases' first."""
     from scripts.flagtables.evaluate import eval_expr, forgiving
 
     fields: dict[str, dataclasses.Field[Any]] = {}
     for base in reversed(cls.__mro__[1:]):
-        fields.update(base.__dict__.get("__dataclass_fields__") or {})
+        fields.update(base.__dict__.get(attr) or {})
     annotations: dict[str, object] = {}
     for stmt in node.body:
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
@@ -163,7 +169,7 @@ def _dataclass_fields(interp: Interp, cls: type, node: ast.ClassDef, body_scope:
         fld._field_type = _FIELD_MARK  # type: ignore[attr-defined]
         fields[name] = fld
     type.__setattr__(cls, "__annotations__", annotations)
-    type.__setattr__(cls, "__dataclass_fields__", fields)
+    type.__setattr__(cls, attr, fields)
 
 
 def class_lazy(interp: Interp, klass: type, name: str) -> object:

@@ -81,6 +81,7 @@ _PURE_BUILTINS = (
     "slice",
     "divmod",
     "format",
+    "vars",
 )
 BUILTINS: dict[str, object] = {name: getattr(builtins, name) for name in _PURE_BUILTINS}
 BUILTINS.update(

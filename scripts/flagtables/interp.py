@@ -22,7 +22,7 @@ import types
 import typing
 from typing import Any
 
-from scripts.flagtables import evaluate, statements
+from scripts.flagtables import evaluate, msgspec_standin, statements
 from scripts.flagtables.modules import Module, Scope
 from scripts.flagtables.values import (
     Bound,
@@ -59,6 +59,9 @@ OVERRIDES: dict[tuple[str, str], object] = {
     ("pydantic", "SkipValidation"): SkipValidation,
     ("pydantic.functional_validators", "SkipValidation"): SkipValidation,
 }
+# Third-party modules the flag registration is built on, modelled in pure Python (a C extension cannot
+# stand for itself here: its classes cannot take the interpreter's).
+STANDINS = frozenset({"msgspec", "msgspec.structs"})
 MAX_DEPTH = 120
 
 
@@ -76,6 +79,7 @@ class Interp:
         self.sys = types.SimpleNamespace(
             argv=list(argv), version_info=sys.version_info, modules={}, platform="linux", maxsize=sys.maxsize
         )
+        self.msgspec = msgspec_standin.module(self)
 
     def note(self, message: str) -> None:
         if message not in self.notes:
@@ -110,6 +114,10 @@ class Interp:
             return importlib.import_module(name)
         if name == "typing_extensions":
             return typing
+        if name == "msgspec":
+            return self.msgspec
+        if name == "msgspec.structs":
+            return msgspec_standin.structs
         return Foreign(name)
 
     def import_from(self, module_name: str, attr: str) -> object:
@@ -180,7 +188,7 @@ class Interp:
         init = self._stub_method(cls, "__init__")
         if init is not None:
             self.invoke(init, [obj, *args], kwargs)
-        elif getattr(cls, "__dataclass_fields__", None) is not None:
+        elif getattr(cls, "__dataclass_fields__", None) is not None or msgspec_standin.struct_fields(cls):
             self._init_fields(cls, obj, args, kwargs)
         elif real is not None:
             # A base's constructor that refuses stand-in values leaves a bare instance.
@@ -189,7 +197,9 @@ class Interp:
         return obj
 
     def _init_fields(self, cls: type, obj: object, args: list[object], kwargs: dict[str, object]) -> None:
-        fields: dict[str, dataclasses.Field[Any]] = getattr(cls, "__dataclass_fields__", None) or {}
+        fields: dict[str, dataclasses.Field[Any]] = (
+            getattr(cls, "__dataclass_fields__", None) or msgspec_standin.struct_fields(cls) or {}
+        )
         for index, (name, fld) in enumerate(fields.items()):
             if index < len(args):
                 value = args[index]
@@ -244,7 +254,7 @@ class Interp:
             if name.startswith("__") and hasattr(obj, name):
                 return getattr(obj, name)
             return self._bind(self.class_attr(type(obj), name), obj, type(obj))
-        if isinstance(obj, types.ModuleType) and obj.__name__ not in REAL_STDLIB:
+        if isinstance(obj, types.ModuleType) and obj.__name__ not in REAL_STDLIB | STANDINS:
             return Foreign(f"{obj.__name__}.{name}")
         try:
             return getattr(obj, name)

@@ -210,6 +210,34 @@ def test_check_says_who_judged_each_lanes_flags_and_a_kept_image_refusal_denies(
     assert f"{EUGR}: by its image's own parser on dgx5 (refused, kept verdict): {said}" in " ".join(out.split())
 
 
+def test_a_flag_sglang_0523_refuses_as_ambiguous_fails_check_on_a_0523_lane(tmp_path: Path) -> None:
+    # The production lane bumped to the release its upstream tracks, with --cuda-graph-max-bs, which 0.5.19
+    # had beside its -decode and -prefill forms and 0.5.23 removed: 0.5.23's own table judges, as exact,
+    # in argparse's words.
+    files = repo_files()
+    path = f"state/lanes/{PRODUCTION}.yaml"
+    text = files[path].replace(b"engine_version: 0.0.0.dev1+gda64c5cbb", b"engine_version: 0.5.23")
+    text = text.replace(b'  - "2048"\n', b'  - "2048"\n  - --cuda-graph-max-bs\n  - "16"\n')
+    assert b"engine_version: 0.5.23 " in text and b"--cuda-graph-max-bs\n" in text
+    files[path] = text
+    make_repo(tmp_path, files)
+    code, out = check(tmp_path, "--json")
+    verdict = json.loads(out)
+    assert code == 1, out
+    assert verdict["flags_judged"][PRODUCTION] == {
+        "judged_by": "table",
+        "table": "sglang-0.5.23",
+        "how": "release",
+        "exact": True,
+    }
+    (deny,) = [v for v in verdict["violations"] if v["severity"] == "deny"]
+    assert (deny["rule"], deny["lane"]) == ("engine-flags", PRODUCTION)
+    assert deny["message"].endswith(
+        "sglang 0.5.23 would refuse rank 0's command line: sglang serve: error: ambiguous option: "
+        "--cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+    )
+
+
 def test_uncommitted_changes_are_named_and_checked_with_worktree(tmp_path: Path) -> None:
     """HEAD passes; the file on disk does not: `check` says the edit is not what it checked; --worktree checks it."""
     repo = tmp_path / "state"

@@ -190,6 +190,181 @@ def prepare_server_args(argv):
 """,
 }
 
+# SGLang 0.5.20 on: namespaces of msgspec Structs (sglang/srt/arg_groups/fields/), their fields
+# collected with msgspec.structs.fields and get_type_hints, ServerArgs assembled with msgspec.defstruct,
+# and record_fields telling a Struct from a dataclass (msgspec is a C extension: the reader models it).
+SGLANG_STRUCTS: dict[str, str] = {
+    "sglang/__init__.py": "",
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/arg_groups/__init__.py": "",
+    "sglang/srt/arg_groups/arg_utils.py": """
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Annotated, Literal, Union, get_args, get_origin, get_type_hints
+
+import msgspec
+import msgspec.structs
+
+A = Annotated
+
+
+class Arg(msgspec.Struct, frozen=True):
+    help: str = ""
+    choices: list | None = None
+    aliases: list[str] | None = None
+    cli_name: str | None = None
+    no_cli: bool = False
+
+
+def record_fields(cls):
+    if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
+        return msgspec.structs.fields(cls)
+    if dataclasses.is_dataclass(cls):
+        return dataclasses.fields(cls)
+    return ()
+
+
+def _meta(tp):
+    if get_origin(tp) is Annotated:
+        inner, *extra = get_args(tp)
+        for item in extra:
+            if isinstance(item, Arg):
+                return inner, item
+            if isinstance(item, str):
+                return inner, Arg(help=item)
+    return tp, None
+
+
+def _default(field):
+    absent = (dataclasses.MISSING, msgspec.NODEFAULT)
+    if field.default not in absent:
+        return field.default
+    if field.default_factory not in absent:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def add_cli_args_from_dataclass(parser, cls):
+    hints = get_type_hints(cls, include_extras=True)
+    for field in record_fields(cls):
+        raw, arg = _meta(hints[field.name])
+        if arg is None or arg.no_cli:
+            continue
+        names = [arg.cli_name or "--" + field.name.replace("_", "-")] + (arg.aliases or [])
+        kwargs = {"help": arg.help}
+        default = _default(field)
+        if get_origin(raw) in (Union, types.UnionType):
+            raw = next(a for a in get_args(raw) if a is not type(None))
+        if get_origin(raw) is Literal:
+            kwargs.update(type=str, choices=arg.choices or list(get_args(raw)))
+        elif get_origin(raw) is list:
+            kwargs.update(type=get_args(raw)[0], nargs="+")
+        elif raw is bool:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["type"] = raw if raw in (int, float) else str
+            if default is dataclasses.MISSING:
+                kwargs["required"] = True
+        parser.add_argument(*names, **kwargs)
+""",
+    "sglang/srt/arg_groups/fields/__init__.py": """
+from typing import get_type_hints
+
+import msgspec
+import msgspec.structs
+
+
+def collect_input_fields(sources):
+    annotations, defaults = {}, {}
+    for source in sources:
+        hints = get_type_hints(source, include_extras=True)
+        for field in msgspec.structs.fields(source):
+            if field.name in annotations:
+                raise ValueError(f"{field.name!r} is declared twice")
+            annotations[field.name] = hints[field.name]
+            if field.default is not msgspec.NODEFAULT:
+                defaults[field.name] = field.default
+            elif field.default_factory is not msgspec.NODEFAULT:
+                defaults[field.name] = msgspec.field(default_factory=field.default_factory)
+    return annotations, defaults
+""",
+    "sglang/srt/arg_groups/fields/model.py": """
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import msgspec
+
+from sglang.srt.arg_groups.arg_utils import A, Arg
+
+
+class Base(msgspec.Struct):
+    trust_remote_code: A[bool, "trust"] = False
+
+
+class Model(Base):
+    _NS_PATH = "model"
+    KNOWN: ClassVar[int] = 1
+    model_path: A[str, Arg(help="weights", aliases=["--model"])]
+    dtype: A[Literal["auto", "bfloat16"], "weights dtype"] = "auto"
+    internal_only: A[int, Arg(help="set in code", no_cli=True)] = 0
+""",
+    "sglang/srt/arg_groups/fields/exec_.py": """
+from __future__ import annotations
+
+import msgspec
+
+from sglang.srt.arg_groups.arg_utils import A, Arg
+
+
+class ExecGraph(msgspec.Struct):
+    cuda_graph_max_bs_decode: A[int | None, "decode graphs up to"] = None
+    cuda_graph_max_bs_prefill: A[int | None, "prefill graphs up to"] = None
+    cuda_graph_bs_decode: A[list[int] | None, Arg(help="sizes")] = msgspec.field(default_factory=list)
+    not_a_flag: int = 0
+""",
+    "sglang/srt/server_args.py": """
+from __future__ import annotations
+
+import argparse
+
+import msgspec
+
+from sglang.srt.arg_groups.arg_utils import add_cli_args_from_dataclass
+from sglang.srt.arg_groups.fields import collect_input_fields
+from sglang.srt.arg_groups.fields.exec_ import ExecGraph
+from sglang.srt.arg_groups.fields.model import Model
+
+# Not the engine's: a module the reader ran instead of reading would stop here.
+raise RuntimeError("this module was imported or run, not read")
+
+
+class ServerArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        add_cli_args_from_dataclass(parser, ServerArgs)
+        parser.add_argument("--config", type=str)
+
+
+_annotations, _defaults = collect_input_fields([Model, ExecGraph])
+ServerArgs.__annotations__ = {**_annotations, **ServerArgs.__annotations__}
+ServerArgs = msgspec.defstruct(
+    "ServerArgs",
+    [(n, a, _defaults[n]) if n in _defaults else (n, a) for n, a in ServerArgs.__annotations__.items()],
+    namespace={k: v for k, v in vars(ServerArgs).items() if k not in ("__dict__", "__weakref__", "__annotations__")},
+    dict=True,
+)
+
+
+def prepare_server_args(argv):
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    return parser.parse_args(argv)
+""",
+}
+
 VLLM: dict[str, str] = {
     "vllm/__init__.py": "",
     "vllm/platforms/__init__.py": "from vllm.platforms.interface import detect\ncurrent_platform = detect()\n",

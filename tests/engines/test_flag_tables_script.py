@@ -13,7 +13,7 @@ from reconciler.engines.flags import check_argv, load_table, table_for
 from scripts import flag_tables
 from scripts.flagtables.engines import read_sglang, read_vllm
 from scripts.flagtables.wheel import Wheel
-from tests.engines.flagwheels import SGLANG, VLLM, write_wheel
+from tests.engines.flagwheels import SGLANG, SGLANG_STRUCTS, VLLM, write_wheel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -212,8 +212,8 @@ def test_a_tracked_release_no_lane_pins_gets_its_table_from_the_other_wheel_when
 
 
 def test_a_wheel_the_reader_reads_no_flag_from_writes_no_table(tmp_path: Path) -> None:
-    # SGLang 0.5.20 on registers its flags from msgspec structs, which the reader does not model:
-    # a table of no flags would refuse every argv.
+    # A registration the reader cannot follow (here none at all) reads as no flags: a table of no
+    # flags would refuse every argv.
     empty = {name: text for name, text in SGLANG.items() if not name.startswith("sglang/srt/arg_groups")}
     empty["sglang/srt/server_args.py"] = (
         "import argparse\n\n\nclass ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n"
@@ -224,3 +224,25 @@ def test_a_wheel_the_reader_reads_no_flag_from_writes_no_table(tmp_path: Path) -
     wheel = Wheel(write_wheel(tmp_path / "sglang-9.9.9-py3-none-any.whl", empty))
     with pytest.raises(SystemExit, match="no flags read, no table written"):
         flag_tables.table("sglang", "9.9.9", wheel, "", [])
+
+
+def test_sglang_flags_declared_on_msgspec_structs_are_read_as_its_own_code_derives_them(tmp_path: Path) -> None:
+    # SGLang 0.5.20 on: Struct namespaces, msgspec.structs.fields, msgspec.defstruct. A Struct's fields are
+    # its annotated attributes and its bases' (not _NS_PATH, not a ClassVar); a missing default is NODEFAULT.
+    wheel = Wheel(write_wheel(tmp_path / "sglang-9.9.9-py3-none-any.whl", SGLANG_STRUCTS))
+    read = read_sglang(wheel)
+    assert _by_flag(read.flags) == {
+        "--trust-remote-code": {"nargs": 0},
+        "--model-path": {"nargs": None, "type": "str", "required": True},
+        "--dtype": {"nargs": None, "type": "str", "choices": ["auto", "bfloat16"]},
+        "--cuda-graph-max-bs-decode": {"nargs": None, "type": "int"},
+        "--cuda-graph-max-bs-prefill": {"nargs": None, "type": "int"},
+        "--cuda-graph-bs-decode": {"nargs": "+", "type": "int"},
+        "--config": {"nargs": None, "type": "str"},
+    }
+    assert read.notes == []
+    table = load_table(json.loads(flag_tables.dumps(flag_tables.table("sglang", "9.9.9", wheel, "", []))))
+    refused = check_argv(table, ["--model", "/m", "--cuda-graph-max-bs", "16"])
+    assert refused is not None and refused.message == (
+        "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+    )

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from reconciler.engines import flags
-from reconciler.engines.flags import FlagTable, check_argv, engine_argv, load_table, table_for
+from reconciler.engines.flags import Flag, FlagTable, check_argv, engine_argv, load_table, table_for
 from reconciler.errors import InputError
 from reconciler.spec import Lane
 
@@ -237,6 +237,9 @@ def test_the_shipped_tables_stand_for_the_example_fleets_builds() -> None:
     found = {t.engine + "-" + t.version: t.builds for t in flags.tables()}
     assert found == {
         "sglang-0.5.19": ("0.0.0.dev1+gda64c5cbb",),
+        # Tracked (sglang-releases' newest two), pinned by no lane yet.
+        "sglang-0.5.22": (),
+        "sglang-0.5.23": (),
         "vllm-0.26.0": ("0.26.1rc0+glm53.r39.vllm9e5d1793",),
         "vllm-0.32.0": ("0.32.1.dev0+g8244d1c44",),
         # Tracked (vllm-releases' newest), pinned by no lane yet: it judges lanes at that very release.
@@ -256,6 +259,32 @@ def test_a_lane_at_vllm_0_33_0_is_judged_exactly_by_its_own_release() -> None:
     error = flags.check_argv(match.table, ["/m", "--enable-prefix-cachng"])
     assert error is not None and error.message == "unrecognized arguments: --enable-prefix-cachng"
     assert error.prog == "vllm"
+
+
+def _option_strings(version: str) -> dict[str, Flag]:
+    table = next(t for t in flags.tables() if (t.engine, t.version) == ("sglang", version))
+    return {option: flag for flag in table.flags for option in flag.flags}
+
+
+def test_sglang_0_5_23_against_0_5_19_option_by_option() -> None:
+    # What lanes would have missed judging a 0.5.23 lane by 0.5.19's table (issue 25's figures), counted
+    # as argparse counts options: every spelling (a --no- form, an alias) is one.
+    old, new = _option_strings("0.5.19"), _option_strings("0.5.23")
+    both = old.keys() & new.keys()
+    removed, added = sorted(old.keys() - new.keys()), sorted(new.keys() - old.keys())
+    rechosen = sorted(o for o in both if old[o].choices != new[o].choices)
+    assert (len(old), len(new), len(removed), len(added), len(rechosen)) == (521, 559, 27, 65, 25)
+    # As table entries (one per argparse action) 503 and 531: 27 removed, 55 added.
+    entries = {v: {f.flags[0] for f in t.flags} for t in flags.tables() if t.engine == "sglang" for v in [t.version]}
+    assert (len(entries["0.5.19"]), len(entries["0.5.23"])) == (503, 531)
+    assert (len(entries["0.5.19"] - entries["0.5.23"]), len(entries["0.5.23"] - entries["0.5.19"])) == (27, 55)
+    # 0.5.19 had --cuda-graph-max-bs beside its -decode and -prefill forms; 0.5.23 kept only those two.
+    assert "--cuda-graph-max-bs" in removed
+    assert {"--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"} <= both
+    for option, parser in (("--reasoning-parser", "deepseek-v41"), ("--tool-call-parser", "deepseekv41")):
+        assert option in rechosen
+        old_choices, new_choices = old[option].choices or (), new[option].choices or ()
+        assert parser not in old_choices and parser in new_choices
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,7 @@ def test_a_choice_the_release_lacks_is_denied_with_its_choices() -> None:
 
 # The arguments of the production lane's public launcher (aidendle94/sparkrun-recipes,
 # recipes/deepseek-v4.1-flash/sglang/launch/launch-sgl-dsv41.sh @ 08d7b30), which its SGLang branch
-# build takes and no SGLang release has.
+# build takes and 0.5.19, the release that build stands for, lacks (releases have them from 0.5.21).
 LAUNCHER_ARGS = (
     "--reasoning-parser",
     "deepseek-v41",
@@ -92,6 +92,36 @@ def test_a_build_judged_by_a_releases_table_is_warned_naming_that_release() -> N
         (other,) = _flags(evaluate(_with_args(lane, "--no-such-flag"), example_policies()), lane)
         assert (other.severity, other.detail["how"], other.detail["table"]) == ("warn", "chosen", f"vllm-{release}")
         assert other.detail.get("would_deny") is not True
+
+
+def test_a_flag_sglang_0523_removed_is_refused_there_as_ambiguous_with_argparses_words() -> None:
+    # 0.5.19 had --cuda-graph-max-bs beside --cuda-graph-max-bs-decode and -prefill; 0.5.23 kept only the
+    # two (sglang-0.5.23.json, from its arg_groups/fields/exec_.py). SGLang's parser takes abbreviations,
+    # so the old flag is now a prefix of two and refused. Without 0.5.23's table the nearest (0.5.19)
+    # judged, which has the flag: it passed silently.
+    verdict = evaluate(_with_args(PRODUCTION, "--cuda-graph-max-bs", "16", engine_version="0.5.23"), example_policies())
+    (found,) = _flags(verdict, PRODUCTION)
+    assert (found.severity, found.detail["how"], found.detail["table"]) == ("deny", "release", "sglang-0.5.23")
+    assert found.message == (
+        "state/lanes/dsv41-flash-1017-4x-sglang.yaml: args: sglang 0.5.23 would refuse rank 0's command line: "
+        "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+        "--cuda-graph-max-bs-prefill"
+    )
+    assert verdict.denied_lanes == {PRODUCTION}
+    assert _flags(
+        evaluate(_with_args(PRODUCTION, "--cuda-graph-max-bs", "16", engine_version="0.5.19"), example_policies())
+    ) == (_flags(evaluate(example_state(), example_policies())))
+
+
+def test_the_launchers_parser_names_pass_on_the_releases_that_have_them() -> None:
+    # --reasoning-parser deepseek-v41 and --tool-call-parser deepseekv41 are in 0.5.22's and 0.5.23's
+    # wheels (sglang/srt/parser/reasoning_parser_names.py REASONING_PARSER_NAMES,
+    # sglang/srt/function_call/parser_names.py TOOL_CALL_PARSER_NAMES), and both judge as exact.
+    for release in ("0.5.22", "0.5.23"):
+        verdict = evaluate(_with_args(PRODUCTION, *LAUNCHER_ARGS, engine_version=release), example_policies())
+        assert _flags(verdict, PRODUCTION) == [], release
+        match = flagtable.table_for("sglang", release)
+        assert match is not None and (match.table.version, match.how, match.exact) == (release, "release", True)
 
 
 def test_a_table_read_from_the_builds_own_source_denies(monkeypatch: pytest.MonkeyPatch) -> None:
