@@ -195,7 +195,11 @@ class CommitDecider:
                 run.judging = set(result.judging)
                 if run.open or run.judging:
                     log.info(
-                        "cycle.done", outcome="progressing", in_flight=sorted(run.open), preempted=result.preempted
+                        "cycle.done",
+                        outcome="progressing",
+                        in_flight=sorted(run.open),
+                        preempted=result.preempted,
+                        seconds=round(time.monotonic() - t0, 3),  # every cycle.done says how long it took
                     )
                     return "progressing"
                 del self.open[head]

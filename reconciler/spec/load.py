@@ -24,6 +24,8 @@ from reconciler.spec.windows import WindowsFile
 from reconciler.spec.yamlsrc import parse_yaml, validate
 
 YAML_SUFFIXES = (".yaml", ".yml")
+KNOWN_SHOWN = 20
+"""Lane names an error lists at most (a state of a thousand lanes would fill a screen)."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,11 @@ def _check_gateway(
             if lane is not None and lane.served_name == model:
                 continue
             if lane is None:
-                why = f"lane '{name}' is not defined in state/lanes/ (known: {', '.join(sorted(lanes)) or 'none'})"
+                known = sorted(lanes)
+                listed = ", ".join(known[:KNOWN_SHOWN]) + (
+                    f" and {len(known) - KNOWN_SHOWN} more" if len(known) > KNOWN_SHOWN else ""
+                )
+                why = f"lane '{name}' is not defined in state/lanes/ (known: {listed or 'none'})"
             else:
                 why = f"lane '{name}' serves '{lane.served_name}', not '{model}' (its served_model_name, or its model)"
             raise InputError(
