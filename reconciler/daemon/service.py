@@ -504,6 +504,7 @@ class Daemon:
             "source": self.source.as_dict(),
             "blocked": dict(self.decider.blocked),
             "operations": self.operations.snapshot(),
+            "trials_running": self.operations.trials.snapshot(),  # on spare hosts, holding them until cleaned up
             "jobs": sorted(
                 [name for name, task in self.jobs.items() if not task.done()] + (["gateway"] * self.gateway.running)
             ),

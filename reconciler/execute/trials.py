@@ -63,6 +63,10 @@ class Trials:
     def lanes(self) -> frozenset[str]:
         return frozenset(lane for t in self._running for lane in t.lanes)
 
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The trials holding hosts now, as `/status` lists them beside the lane operations."""
+        return [{"lanes": list(t.lanes), "hosts": list(t.hosts), "ended": t.ended} for t in self._running]
+
     def hosts(self) -> frozenset[str]:
         """Hosts trials hold, ended ones included until their cleanup stopped their ranks."""
         return frozenset(h for t in self._running for h in t.hosts)

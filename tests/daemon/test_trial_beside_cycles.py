@@ -111,6 +111,8 @@ async def test_a_commit_is_applied_while_a_trial_loads_on_spare_hosts(rig: Rig) 
     # The trial was left alone: the commit needs none of its hosts, and its gate still runs.
     assert rig.journal.in_step(TRIAL, "wait-ready") and rig.trial_runs(), (took, rig.journal.lane_row(TRIAL))
     assert rig.daemon.status()["jobs"] == ["experiments"]
+    (running,) = rig.daemon.status()["trials_running"]  # the trial and the spare hosts it holds, in /status
+    assert running["lanes"] == [TRIAL] and running["ended"] is None and running["hosts"]
 
 
 async def test_a_commit_that_needs_a_trials_host_ends_the_trial_and_is_applied(rig: Rig) -> None:

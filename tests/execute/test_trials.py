@@ -50,6 +50,7 @@ async def test_a_trial_is_in_flight_and_a_second_one_on_its_hosts_waits_for_its_
     one = asyncio.create_task(ops.trial(("a-trial",), ("s1", "s2"), first.attempt, first.cleanup))
     await first.started.wait()
     assert ops.busy() == {"a-trial"} and ops.trials.hosts() == {"s1", "s2"}
+    assert ops.trials.snapshot() == [{"lanes": ["a-trial"], "hosts": ["s1", "s2"], "ended": None}]  # /status
     two = asyncio.create_task(ops.trial(("b-trial",), ("s2", "s3"), second.attempt, second.cleanup))
     await asyncio.sleep(0.05)
     assert log == ["first starts"], "two trials ran on s2 at once"
