@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.rig.fleet import deployed, docker_changes, docker_mark, fleet_view, result_of, served_models
+from tests.rig.lanescli import LaneRun
 from tests.rig.rig import Rig
 
 pytestmark = [pytest.mark.rig, pytest.mark.timeout(300)]
@@ -45,6 +46,10 @@ def _runs(changes: dict[str, list[list[str]]]) -> dict[str, list[list[str]]]:
     return {host: [argv for argv in argvs if argv[0] == "run"] for host, argvs in changes.items()}
 
 
+def _check_flags(rig: Rig) -> LaneRun:
+    return rig.lanes("check", "--repo", str(rig.clone), "--db", str(rig.db), "--json")
+
+
 def _remove_ours(rig: Rig) -> None:
     for host in HOSTS:
         for c in rig.containers(host):
@@ -71,8 +76,12 @@ def _check(rig: Rig, image: str) -> None:
     spec_a = {h: (before[h][f"lanes-{NAMES[h]}"].id, before[h][f"lanes-{NAMES[h]}"].spec) for h in HOSTS}
 
     rig.publish({LANE: _lane(rig, image, [MISSPELLED])}, "nightly: a misspelled flag")
-    check = rig.lanes("check", "--repo", str(rig.clone), "--json")
+    check = _check_flags(rig)
     assert check.returncode == 0, check.describe()  # no table for the nightly: the flags rule only warns
+    judged = check.json()["flags_judged"][LANE]
+    assert judged == {"judged_by": "none", "preflight": True}, judged
+    flags_rule = [v for v in check.json()["violations"] if v["rule"] == "engine-flags"]
+    assert [(v["severity"], v["lane"]) for v in flags_rule] == [("warn", LANE)], check.describe()
     mark = docker_mark(rig)
     run = rig.apply()
 
@@ -92,6 +101,10 @@ def _check(rig: Rig, image: str) -> None:
     assert served_models(head, 8000) == [f"{LANE}-model"]
     refused = [p for p in _preflights(rig) if p["outcome"] == "refused"]
     assert refused == [{"outcome": "refused", "message": VLLM_SAYS, "host": "rig1", "lane": LANE}], _preflights(rig)
+    check = _check_flags(rig)  # the kept verdict is lanes check's too
+    assert check.returncode == 1, check.describe()
+    judged = check.json()["flags_judged"][LANE]
+    assert (judged["judged_by"], judged["outcome"], judged["message"]) == ("image", "refused", VLLM_SAYS), judged
 
     # The verdict is kept: the next cycle denies the lane from the journal and runs no parse.
     mark = docker_mark(rig)
