@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reconciler.engines.flags import table_for
-from reconciler.execute.preflight import judged_by, rank_keys
+from reconciler.execute.preflight import head_keys, judged_by
 from reconciler.facts.preflight import SCRIPTS
 from reconciler.policy import Verdict
 from reconciler.policy.preflight import Refusal, with_refusals
@@ -23,7 +23,7 @@ from reconciler.store.preflight import read_cached
 
 def flags_judged(desired: DesiredState, verdict: Verdict, db: Path) -> tuple[Verdict, dict[str, dict[str, object]]]:
     """The verdict with kept refusals added, and per lane how its flags were judged (for --json and people)."""
-    kept = judged_by(read_cached(db, rank_keys(desired, verdict)), desired, verdict)
+    kept = judged_by(read_cached(db, head_keys(desired, verdict)), desired, verdict)
     out: dict[str, dict[str, object]] = {}
     for name in sorted(desired.lanes):
         lane = desired.lanes[name]

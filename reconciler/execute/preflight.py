@@ -1,15 +1,14 @@
 """Preflight: the pinned image's own parser judges a lane's arguments before its change stops anything.
 
 A flag table judges exactly only the release it was read from (`engines/flagtable.py`); a nightly, a
-fork or a branch build is only warned about, and the first word from its own parser used to be every new
-rank exiting on "unrecognized arguments" after the old ranks were stopped. Here, for each lane the plan
-would deploy, every rank's engine arguments and environment are parsed by the image itself on that
-rank's host (`facts/preflight.py`: no GPU, no network, a memory cap, a time bound), once per (engine,
-image digest, argv, env), ranks alike sharing one run: the verdict is kept in the journal
-(`store/preflight.py`) and reused at every later cycle. A refusal becomes a policy deny of that lane
-(`policy/preflight.py`), so the planner leaves the lane as it runs; a run that judges nothing (the host
-did not answer, the image has no python3, the cap killed it) is logged and the change goes ahead as
-before, its ranks' own parsers still the last word.
+fork or a branch build is only warned about, and the first word from its own parser used to be every
+new rank exiting on "unrecognized arguments" after the old ranks were stopped. Here, for each lane the
+plan would deploy, the head rank's engine arguments are parsed by the image itself on that rank's host
+(`facts/preflight.py`: no GPU, no network, a memory cap, a time bound), once per (engine, image
+digest, argv): the verdict is kept in the journal (`store/preflight.py`) and reused at every later
+cycle. A refusal becomes a policy deny of that lane (`policy/preflight.py`), so the planner leaves the
+lane as it runs; a run that judges nothing (the host did not answer, the image has no python3, the cap
+killed it) is logged and the change goes ahead as before, its ranks' own parsers still the last word.
 
 `lanes plan` (no apply) runs no container: it uses only the kept verdicts.
 """
@@ -19,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -46,7 +45,7 @@ MAX_PARALLEL = 8
 
 @dataclass(frozen=True)
 class Candidate:
-    """One rank's engine arguments, as the preflight runs them on that rank's host."""
+    """One lane's head rank as the preflight runs it."""
 
     lane: str
     engine: str
@@ -54,47 +53,34 @@ class Candidate:
     image: str
     digest: str
     argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
     key: str
     file: str
 
 
-def rank_key(engine: str, spec: ContainerSpec) -> tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], str] | None:
-    """(digest, engine arguments, environment, cache key) of one rank's spec; None without engine arguments
-    or a pin. The environment is part of what is judged: an engine's parser reads it (SGLang 0.5.22 adds a
-    `--sampling-backend` choice under an environment switch; vLLM takes defaults from VLLM_* variables).
-    Only the spec's plain variables: its secrets live in its env file, which a parse-only container never
-    sees."""
+def head_key(engine: str, spec: ContainerSpec) -> tuple[str, tuple[str, ...], str] | None:
+    """(digest, engine arguments, cache key) of one rank's spec; None without engine arguments or a pin."""
     found = engine_argv(engine, [spec.entrypoint or "", *spec.command])
     digest = docker.pinned_digest(spec.image)
     if found is None or digest is None:  # an unpinned image is the pins rule's to deny
         return None
-    argv, env = tuple(found[1]), tuple(sorted(spec.env))
-    return digest, argv, env, argv_key(engine, digest, argv, env)
-
-
-def lane_candidates(name: str, engine: str, ranks: Sequence[tuple[str, ContainerSpec]], file: str) -> list[Candidate]:
-    """One candidate per distinct (arguments, environment) among a lane's ranks, rank order, each on the first
-    rank's host that has it: a worker's arguments differ from the head's (`--node-rank`, `--headless`), and
-    any rank's parser refusing them is a rank exiting."""
-    out: dict[str, Candidate] = {}
-    for host, spec in ranks:
-        found = rank_key(engine, spec)
-        if found is not None and found[3] not in out:
-            digest, argv, env, key = found
-            out[key] = Candidate(name, engine, host, spec.image, digest, argv, env, key, file)
-    return list(out.values())
+    argv = tuple(found[1])
+    return digest, argv, argv_key(engine, digest, argv)
 
 
 def candidates(desired: DesiredState, verdict: Verdict, plan: Plan) -> list[Candidate]:
-    """The ranks of the lanes the plan would deploy whose engine lanes can parse alone."""
+    """The lanes the plan would deploy whose engine lanes can parse alone, by their head rank."""
     out = []
     for lane_plan in plan.lanes:
         lane = desired.lanes.get(lane_plan.lane)
         ranks = verdict.rendered.get(lane_plan.lane, ())
         if lane_plan.action != "deploy" or lane is None or lane.engine not in SCRIPTS or not ranks:
             continue
-        out += lane_candidates(lane.name, lane.engine, ranks, desired.lane_file(lane.name))
+        host, spec = ranks[0]
+        found = head_key(lane.engine, spec)
+        if found is None:
+            continue
+        digest, argv, key = found
+        out.append(Candidate(lane.name, lane.engine, host, spec.image, digest, argv, key, desired.lane_file(lane.name)))
     return out
 
 
@@ -102,8 +88,7 @@ async def _run(ops: HostOps, store: Store, c: Candidate) -> Refusal | None:
     name = container_name(c.lane, c.key)
     try:
         await ops.pull(c.host, c.image)  # the transaction would pull it too; a pull stops nothing
-        argv = preflight_argv(c.engine, c.image, name, c.argv, c.env)
-        result = await ops.call(c.host, argv, timeout=PARSE_TIMEOUT_S)
+        result = await ops.call(c.host, preflight_argv(c.engine, c.image, name, c.argv), timeout=PARSE_TIMEOUT_S)
     except LanesError as exc:
         log.warning("preflight.unjudged", lane=c.lane, host=c.host, error=str(exc))
         with contextlib.suppress(LanesError):  # a parser still running after the bound is removed
@@ -157,8 +142,8 @@ async def preflight(ops: HostOps | None, store: Store, desired: DesiredState, ve
     for c in candidates(desired, verdict, plan):
         seen = kept.cached(store, c.key)
         if seen is not None:
-            if seen.outcome == "refused":  # the first rank's refusal said (the head's, when it refused)
-                refusals.setdefault(c.lane, Refusal(c.lane, seen.host, c.image, seen.message, c.file, cached=True))
+            if seen.outcome == "refused":
+                refusals[c.lane] = Refusal(c.lane, seen.host, c.image, seen.message, c.file, cached=True)
         elif ops is not None and c.host in ops.targets:
             to_run.append(c)
     bound = asyncio.Semaphore(MAX_PARALLEL)
@@ -167,34 +152,32 @@ async def preflight(ops: HostOps | None, store: Store, desired: DesiredState, ve
         async with bound:
             return await _run(ops, store, c)  # type: ignore[arg-type]  # to_run is empty without ops
 
-    for found in await asyncio.gather(*(one(c) for c in to_run)):  # in rank order
+    for found in await asyncio.gather(*(one(c) for c in to_run)):
         if found is not None:
-            refusals.setdefault(found.lane, found)
+            refusals[found.lane] = found
     return with_refusals(verdict, refusals)
 
 
 def judged_by(
     verdicts: Mapping[str, kept.CachedVerdict], desired: DesiredState, verdict: Verdict
 ) -> dict[str, kept.CachedVerdict]:
-    """Per lane whose engine lanes can parse and whose every rank its image judged: the refusal, if a rank's
-    arguments were refused, else the head rank's verdict."""
+    """Per lane whose engine lanes can parse: its image's kept verdict on its head rank's arguments."""
     out = {}
     for name, ranks in sorted(verdict.rendered.items()):
         lane = desired.lanes.get(name)
         if lane is None or lane.engine not in SCRIPTS or not ranks:
             continue
-        found = [verdicts.get(c.key) for c in lane_candidates(name, lane.engine, ranks, "")]
-        judged = [v for v in found if v is not None]
-        if found and len(judged) == len(found):
-            out[name] = next((v for v in judged if v.outcome == "refused"), judged[0])
+        found = head_key(lane.engine, ranks[0][1])
+        if found is not None and found[2] in verdicts:
+            out[name] = verdicts[found[2]]
     return out
 
 
-def rank_keys(desired: DesiredState, verdict: Verdict) -> list[str]:
+def head_keys(desired: DesiredState, verdict: Verdict) -> list[str]:
     """The cache keys `judged_by` looks up, to read them from a journal."""
     keys = []
     for name, ranks in sorted(verdict.rendered.items()):
         lane = desired.lanes.get(name)
-        if lane is not None and lane.engine in SCRIPTS and ranks:
-            keys += [c.key for c in lane_candidates(name, lane.engine, ranks, "")]
+        if lane is not None and lane.engine in SCRIPTS and ranks and (found := head_key(lane.engine, ranks[0][1])):
+            keys.append(found[2])
     return keys

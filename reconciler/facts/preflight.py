@@ -5,8 +5,8 @@ branch build may accept or refuse flags that release does not, and only the imag
 change stops anything, lanes runs the image's own parser on the lane's engine arguments, with no GPU,
 no network, no model and a memory cap, and reads the verdict from the exit status:
 
-    docker run --rm --name N --network none --memory M --memory-swap M [-e K=V ...] --entrypoint python3
-        IMAGE -c SCRIPT ARG...
+    docker run --rm --name N --network none --memory M --memory-swap M --entrypoint python3 IMAGE
+        -c SCRIPT ARG...
 
 SCRIPT is one of the constants below (the arguments arrive as `sys.argv[1:]`, never as text of the
 script). Each runs exactly the engine's own parser and stops before the engine does anything with the
@@ -89,10 +89,9 @@ SCRIPTS = {"vllm": VLLM_SCRIPT, "sglang": SGLANG_SCRIPT}
 Outcome = Literal["accepted", "refused", "unjudged"]
 
 
-def argv_key(engine: str, digest: str, argv: Sequence[str], env: Sequence[tuple[str, str]] = ()) -> str:
-    """What a verdict is cached under: the engine, the image digest, the engine arguments and the environment
-    they were parsed in, hashed."""
-    text = json.dumps([engine, digest, list(argv), [list(kv) for kv in env]], separators=(",", ":"))
+def argv_key(engine: str, digest: str, argv: Sequence[str]) -> str:
+    """What a verdict is cached under: the engine, the image digest and the engine arguments, hashed."""
+    text = json.dumps([engine, digest, list(argv)], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -100,13 +99,9 @@ def container_name(lane: str, key: str) -> str:
     return f"{PREFLIGHT_MARKER}-{lane}-{key[:12]}"
 
 
-def preflight_argv(
-    engine: str, image: str, name: str, argv: Sequence[str], env: Sequence[tuple[str, str]] = ()
-) -> list[str]:
-    """The parsing container, in the rank's own environment (its plain variables: `-e K=V` each)."""
-    flags = [item for key, value in env for item in ("-e", f"{key}={value}")]
+def preflight_argv(engine: str, image: str, name: str, argv: Sequence[str]) -> list[str]:
     return [DOCKER, "run", "--rm", "--name", name, "--network", "none", "--memory", MEMORY, "--memory-swap",
-            MEMORY, *flags, "--entrypoint", "python3", image, "-c", SCRIPTS[engine], *argv]  # fmt: skip
+            MEMORY, "--entrypoint", "python3", image, "-c", SCRIPTS[engine], *argv]  # fmt: skip
 
 
 @dataclass(frozen=True)
