@@ -42,6 +42,10 @@ def main() -> None:
         sys.stderr.write("usage: vllm [-h] [-v] {serve} ...\nvllm: error: the stand-in has only `vllm serve`\n")
         raise SystemExit(2)
     args = argv[1:]
+    # An image with a parser has lanes' flag code: without it `parser_refusal` takes anything, which would
+    # pass every misspelling as accepted. Failing to import instead judges nothing, as a broken image does.
+    from reconciler.engines import flags  # noqa: F401
+
     behaviour = Behaviour.from_env(dict(os.environ))
     refused = parser_refusal("vllm", args, behaviour.version, behaviour.parser)
     if refused is not None:

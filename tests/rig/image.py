@@ -175,14 +175,17 @@ def build_rootfs(repo: Path, root: Path, workdir: Path, *, with_parser: bool = F
         natives.append(shell)
     # Lanes' own modules and its dependencies land where the image's python3 looks, with their bytecode
     # (an engine image imports pydantic at every parse: compiling it each time would cost seconds).
-    prefixes = [str(repo.resolve()) + os.sep, *(os.path.realpath(s) + os.sep for s in sites)]
+    repo_prefix = str(repo.resolve()) + os.sep
+    # The longest folder holding a file names where it goes: a venv inside the repo (/work/main/.venv, as
+    # in CI) holds the dependencies, which must land in the image's site, not under `.venv/` there.
+    prefixes = sorted({repo_prefix, *(p + os.sep for s in sites for p in (s, os.path.realpath(s)))}, key=len)[::-1]
     for path in traced_files(repo, workdir, sites):
         real = os.path.realpath(path)
         prefix = next((p for p in prefixes if path.startswith(p) or real.startswith(p)), None)
         if prefix is not None:
             rel = (path if path.startswith(prefix) else real)[len(prefix) :]
             _copy(path, root, f"{IN_IMAGE_SITE}/{rel}")
-            if path.endswith(".py") and prefix != prefixes[0] and os.path.exists(_cached(path)):
+            if path.endswith(".py") and prefix != repo_prefix and os.path.exists(_cached(path)):
                 _copy(_cached(path), root, f"{IN_IMAGE_SITE}/{os.path.relpath(_cached(path), prefix)}")
             if real.endswith(".so"):
                 natives.append(real)
