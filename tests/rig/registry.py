@@ -108,6 +108,14 @@ class Registry:
             raise RigError(f"registry has no manifest for {IMAGE_REPO}:{tag} (HTTP {r.status_code})")
         return r.headers["docker-content-digest"]
 
+    def _push(self, store: Path, tar: Path, tag: str, env: dict[str, str], cmd: str) -> str:
+        """Import one root tarball as `IMAGE_REPO:tag` with this env and CMD, push it; its digest reference."""
+        changes = [f"ENV {key}={value}" for key, value in {"PATH": "/usr/local/bin:/usr/bin:/bin", **env}.items()]
+        name = f"{REGISTRY}/{IMAGE_REPO}:{tag}"
+        podman_local(store, "import", *(a for c in [*changes, f"CMD {cmd}"] for a in ("--change", c)), str(tar), name)
+        podman_local(store, "push", "--tls-verify=false", name)
+        return f"{REGISTRY}/{IMAGE_REPO}@{self.digest(tag)}"
+
     def push_standin_images(self, repo: Path, work: Path, store: Path, rig_id: str) -> Images:
         """Build the stand-in root once, import it as v1 and v2 (one file differs), push both."""
         root = work / "rootfs"
@@ -117,24 +125,18 @@ class Registry:
         for tag in ("v1", "v2"):
             tar = work / f"{tag}.tar"
             image.write_tar(root, tar, {"etc/lanes-rig-image": f"{rig_id} {tag}\n"})
-            name = f"{REGISTRY}/{IMAGE_REPO}:{tag}"
-            podman_local(
-                store,
-                "import",
-                "--change",
-                "ENV PATH=/usr/local/bin:/usr/bin:/bin",
-                "--change",
-                "ENV STANDIN_LOAD_S=0.2",
-                "--change",
-                "ENV STANDIN_TG_TPS=500",
-                "--change",
-                f"ENV STANDIN_VERSION=rig-{tag}",
-                "--change",
-                'CMD ["python3", "-m", "reconciler.sim.standin"]',
-                str(tar),
-                name,
-            )
-            podman_local(store, "push", "--tls-verify=false", name)
-            refs[tag] = f"{REGISTRY}/{IMAGE_REPO}@{self.digest(tag)}"
+            env = {"STANDIN_LOAD_S": "0.2", "STANDIN_TG_TPS": "500", "STANDIN_VERSION": f"rig-{tag}"}
+            refs[tag] = self._push(store, tar, tag, env, '["python3", "-m", "reconciler.sim.standin"]')
         missing = "sha256:" + hashlib.sha256(f"{rig_id} never pushed".encode()).hexdigest()
         return Images(v1=refs["v1"], v2=refs["v2"], missing=f"{REGISTRY}/{IMAGE_REPO}@{missing}")
+
+    def push_engine_image(self, repo: Path, work: Path, store: Path, tag: str, env: dict[str, str]) -> str:
+        """An engine image carrying its own parser (`image.build_rootfs(with_parser=True)`: a `vllm` command
+        and vLLM's CLI modules over the stand-in), with the image env `env` (its STANDIN_VERSION, the build
+        it is, and STANDIN_PARSER, the parser it carries); its digest reference."""
+        root = work / f"rootfs-{tag}"
+        root.mkdir(parents=True)
+        image.build_rootfs(repo, root, work, with_parser=True)
+        tar = work / f"{tag}.tar"
+        image.write_tar(root, tar, {"etc/lanes-rig-image": f"{tag}\n"})
+        return self._push(store, tar, tag, {"STANDIN_LOAD_S": "0.2", "STANDIN_TG_TPS": "500", **env}, '["vllm"]')

@@ -106,6 +106,8 @@ class Rig:
     folder: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / f"{PREFIX}-{os.getpid()}")
     hosts: dict[str, RigHost] = field(default_factory=dict)
     images: Images | None = None
+    engine_images: dict[str, str] = field(default_factory=dict)
+    """Engine images with a parser of their own, by tag, pushed on first use (`engine_image`)."""
     registry: Registry | None = None
     timings: dict[str, float] = field(default_factory=dict)
     db_name: str = "main"
@@ -345,6 +347,16 @@ class Rig:
             keytype, key = host.hostkey.with_suffix(".pub").read_text().split()[:2]
             lines.append(f"{host.address} {keytype} {key}")
         self.known_hosts.write_text("\n".join(lines) + "\n")
+
+    def engine_image(self, tag: str, env: Mapping[str, str]) -> str:
+        """The digest reference of an engine image carrying its own parser (`Registry.push_engine_image`),
+        built and pushed the first time a test asks for it (tens of megabytes: not every rig test needs one)."""
+        assert self.registry is not None
+        if tag not in self.engine_images:
+            self.engine_images[tag] = self.registry.push_engine_image(
+                REPO, self.folder / "image", self.build_store, tag, dict(env)
+            )
+        return self.engine_images[tag]
 
     def registry_digest(self, tag: str) -> str:
         assert self.registry is not None
