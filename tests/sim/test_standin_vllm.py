@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from reconciler.sim import standin_vllm
@@ -13,7 +15,7 @@ MODEL = "/models/Qwen3-8B"
 
 def _run(monkeypatch: pytest.MonkeyPatch, argv: list[str], parser: str) -> list[list[str]]:
     started: list[list[str]] = []
-    monkeypatch.setattr(standin_vllm.sys, "argv", ["vllm", *argv])
+    monkeypatch.setattr(sys, "argv", ["vllm", *argv])
     monkeypatch.setenv("STANDIN_PARSER", parser)
     monkeypatch.setattr(standin_vllm.ServeSubcommand, "cmd", staticmethod(lambda args: started.append(list(args))))
     standin_vllm.main()
