@@ -380,6 +380,9 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
             rows = status(http_port)["lanes"]
             if all(r["health"] == "healthy" for r in rows) and len(rows) == lanes:
                 converge_s = cycle["ended"] - t0
+        # The resync after convergence is not a no-op for the probe: it is the first to see the containers
+        # the converging cycle started (their digest changed), so every host answers in whole. Untimed.
+        tail.wait_cycle(daemon, args.resync_s + args.timeout_s)
         resyncs: list[dict[str, Any]] = []
         idle: list[dict[str, float]] = []
         for _ in range(args.resyncs + 3):  # a few spare cycles in case one follows another at once
