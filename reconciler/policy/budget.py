@@ -250,6 +250,7 @@ def lane_budget(
                 kv_source=_kv_source(sem, kv_bytes, kv_tokens),
                 pool=max(pool, 0),
                 context=context,
+                pool_tokens=None if kv_bytes is not None else kv.pool_tokens(stage, max(pool, 0)),
             )
         )
     return LaneBudget(
