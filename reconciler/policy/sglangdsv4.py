@@ -137,8 +137,11 @@ class DSV4Pool:
     inflation: float = 1.0
     """(T + 1) / T with speculative decoding, 1 without."""
 
-    def tokens(self, available: int) -> int:
-        """Full tokens the pool holds with `available` bytes, as calculate_pool_sizes rounds them."""
+    def tokens(self, available: int) -> int | None:
+        """Full tokens the pool holds with `available` bytes, as calculate_pool_sizes rounds them (None: no
+        layer keeps a compressed cache, so nothing grows with the tokens)."""
+        if self.per_token <= 0:
+            return None
         left = available - sum(self.fixed.values())
         if left <= 0:
             return 0

@@ -60,11 +60,6 @@ class Architecture(StrictModel):
         "index_topk_freq and index_skip_topk_offset; SGLang 0.5.23 dsa_layer_skips_topk, indexer_types first). "
         "None: every full layer, or with compress_ratios every ratio-4 layer",
     )
-    draft_compress_ratio: float | None = Field(
-        default=None,
-        description="DeepSeek V4: the compress ratio of the MTP (draft) layer, the config's compress_ratios entry "
-        "past num_hidden_layers; vLLM builds that layer's cache by it",
-    )
     sliding_window: int | None = Field(default=None, ge=1, description="tokens a sliding-window layer keeps")
     sliding_window_layers: int = Field(
         default=0, ge=0, description="layers that use the sliding window (models with interleaved SWA)"
