@@ -8,7 +8,8 @@ its own way (engine_memory.py), so the figures are in that engine's terms:
                offloaded_weight_bytes) as the engine cuts stages, split over tp (stages.py)
     kv_min   = KV of the rank's layers for max_model_len x min_sequences (kv.py)
     drafter  = speculative decoding: the drafter's weights (rules.yaml, per
-               method) + one attention layer of KV per draft layer
+               method) + the KV of one draft layer as its engine sizes it
+               (draft_layer_kv)
     overhead = activations, CUDA graphs, runtime (rules.yaml, per engine and
                model class)
 
@@ -49,7 +50,7 @@ from reconciler.policy.engine_memory import (
 from reconciler.policy.enginekv import kv_settings
 from reconciler.policy.hardware import HARDWARE_PATH, Capacity
 from reconciler.policy.hostmem import BootFree, HostMemory, boot_free
-from reconciler.policy.kv import FULL, KVModel, KVParams
+from reconciler.policy.kv import FULL, INDEXED_FULL, SLIDING, KVModel, KVParams
 from reconciler.policy.stages import pp_partition, stage_weights
 from reconciler.policy.verdict import GIB, RankBudget
 from reconciler.spec.lane import Lane
@@ -146,19 +147,50 @@ def _explicit_kv(lane: Lane, sem: MemorySemantics) -> tuple[int | None, int | No
     return kv_bytes, tokens, notes
 
 
-def _drafter(params: BudgetParams, spec: Speculation | None, layer_kv: int) -> tuple[int, bool, str]:
+def draft_layer_kv(kv: KVModel, engine: str, length: int) -> tuple[int, str]:
+    """(bytes, how) of one MTP/EAGLE draft layer's KV for one max_model_len sequence, as the engine sizes it.
+
+    vLLM 0.33.0 gives the draft layer a cache of its own kind: a DeepSeek V4 MTP layer is SWA-only
+    (vllm/models/deepseek_v4/attention.py sets compress_ratio 1 past num_hidden_layers, whatever
+    compress_ratios' extra entry says), a DeepSeek V3.2/GLM-5 MTP layer always builds its indexer
+    (vllm/models/deepseek_v32/attention.py is_mtp_layer), anything else one full attention layer.
+    SGLang 0.5.23 scales the target's per-token cost instead (model_executor/pool_configurator.py): on
+    DeepSeek V4 every per-token figure by (T + 1) / T (DSV4PoolConfigurator, T target layers); on a DSA
+    model one latent layer plus an indexer on the draft layer (allocate_all_layers); otherwise the
+    target's cell size x draft layers / layers, an average layer.
+    """
+    arch = kv.arch
+    if engine == "vllm":
+        if arch.compress_ratios is not None and arch.sliding_window is not None:
+            return sum(kv.layer_parts(SLIDING, length).values()), "one sliding-window layer (vLLM's V4 MTP layer)"
+        if arch.index_head_dim and arch.compress_ratios is None:
+            return sum(kv.layer_parts(INDEXED_FULL, length).values()), "one attention layer with its indexer"
+        return sum(kv.layer_parts(FULL, length).values()), "one attention layer"
+    if engine == "sglang":
+        if arch.compress_ratios is not None:
+            stage = kv.stage(0, length)
+            grows = stage.total - stage.parts.get("compressor", 0)
+            return math.ceil(grows / max(stage.layers, 1)), "the target's KV x 1 / T (SGLang's (T + 1) / T)"
+        if arch.index_head_dim:
+            return sum(kv.layer_parts(INDEXED_FULL, length).values()), "one latent layer with its indexer"
+        stage = kv.stage(0, length)
+        return math.ceil(stage.total / max(stage.layers, 1)), "an average layer of the target (SGLang's cell share)"
+    return sum(kv.layer_parts(FULL, length).values()), "one attention layer"
+
+
+def _drafter(params: BudgetParams, spec: Speculation | None, layer_kv: tuple[int, str]) -> tuple[int, bool, str]:
     """(bytes per rank, whether it is sized, a note) for the lane's speculative decoding."""
     if spec is None:
         return 0, True, ""
     if spec.family not in params.drafter_gib:
         return 0, False, f"speculative method {spec.method} ({spec.family}) has no drafter figure: not sized"
     weights = int(params.drafter_gib[spec.family] * GIB)
-    kv = layer_kv if spec.family in ("mtp", "eagle") else 0
+    kv, how = layer_kv if spec.family in ("mtp", "eagle") else (0, "")
     return (
         weights + kv,
         True,
-        f"drafter {spec.method} ({spec.family}): {weights / GIB:.1f} GiB (rules.yaml drafter_gib) + one "
-        f"attention layer of KV {kv / GIB:.2f} GiB",
+        f"drafter {spec.method} ({spec.family}): {weights / GIB:.1f} GiB (rules.yaml drafter_gib) + "
+        f"{how or 'no'} KV {kv / GIB:.2f} GiB",
     )
 
 
@@ -199,8 +231,7 @@ def lane_budget(
     boots = {host: boot_free(host, cap, observed) for _, host, cap in known}
     # SGLang takes the minimum free memory over all ranks (get_available_gpu_memory(distributed=True)).
     lane_min = min(boots.values(), key=lambda b: b.bytes) if boots else None
-    layer_kv = sum(kv.layer_parts(FULL, lane.max_model_len).values())
-    drafter, sized, drafter_note = _drafter(params, spec, layer_kv)
+    drafter, sized, drafter_note = _drafter(params, spec, draft_layer_kv(kv, lane.engine, lane.max_model_len))
     stage_kv = {}
     ranks = []
     for rank, host, capacity in known:
@@ -250,6 +281,7 @@ def lane_budget(
                 kv_source=_kv_source(sem, kv_bytes, kv_tokens),
                 pool=max(pool, 0),
                 context=context,
+                pool_tokens=None if kv_bytes is not None else kv.pool_tokens(stage, max(pool, 0)),
             )
         )
     return LaneBudget(

@@ -37,8 +37,9 @@ vLLM (figures read in the vllm wheels 0.25.1, 0.26.0, 0.29.0, 0.32.0, 0.33.0):
   /models/config.py MambaModelConfig, vllm/v1/kv_cache_interface.py
   MambaSpec.max_memory_usage_bytes).
 
-Other engines keep the window-only sliding estimate and the plain per-layer
-linear state; the notes say which figures were the engine's.
+SGLang serving a DeepSeek V4 model sizes its pool its own way
+(sglangdsv4.py). Other engines keep the window-only sliding estimate and the
+plain per-layer linear state; the notes say which figures were the engine's.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from packaging.version import InvalidVersion, Version
 
 from reconciler.policy.engine_memory import arg_value
+from reconciler.policy.sglangdsv4 import DSV4Settings, dsv4_settings
 from reconciler.spec.lane import Lane
 from reconciler.spec.model import Architecture
 
@@ -73,6 +75,8 @@ class KVSettings:
     """State blocks a linear/mamba layer keeps per sequence."""
     unify_pages: bool = False
     """vLLM: hybrid models pad every layer group to one page size."""
+    dsv4: DSV4Settings | None = None
+    """SGLang serving a DeepSeek V4 model: the figures its own pool arithmetic reads (sglangdsv4.py)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -119,6 +123,9 @@ def vllm_concurrent_batches(lane: Lane, version: Version | None) -> int:
 def kv_settings(lane: Lane, arch: Architecture) -> KVSettings:
     """The engine figures for this lane's KV arithmetic."""
     if lane.engine != "vllm":
+        if lane.engine == "sglang" and arch.compress_ratios is not None:
+            dsv4 = dsv4_settings(lane)
+            return KVSettings(engine=lane.engine, dsv4=dsv4, notes=dsv4.notes)
         return KVSettings(engine=lane.engine, notes=())
     version = _version(lane.engine_version.split("+", 1)[0])
     block = arg_value(lane.args, "--block-size")

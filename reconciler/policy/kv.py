@@ -22,9 +22,23 @@ Per layer and token, on one rank:
   deepseek_v2.py Indexer and vllm/models/deepseek_v4/attention.py
   DeepseekV4Indexer: "128 fp8 + 4 fp32 scale = 132", vllm 0.33.0); an MXFP4
   key (index_dtype_bytes 0.5) is d / 2 + d / 32 (one UE8M0 byte per 32). On
-  every full layer, or with `compress_ratios` only on ratio-4 layers, where
-  DeepSeek V4 builds it (deepseek_v4/attention.py: `if self.compress_ratio
-  == 4`), at that layer's compression; the same on every TP rank.
+  the model's `indexer_layers` when it lists them (the layers that compute
+  their own top-k: GLM-5.x keeps one in index_topk_freq, vllm 0.33.0
+  vllm/models/deepseek_v32/attention.py builds no Indexer on the others,
+  sglang 0.5.23 model_executor/pool_configurator.py
+  _compute_dsa_indexer_cell_size counts only those), else on every full
+  layer, or with `compress_ratios` only on ratio-4 layers, where DeepSeek V4
+  builds it (deepseek_v4/attention.py: `if self.compress_ratio == 4`), at
+  that layer's compression; the same on every TP rank.
+
+DeepSeek V4.1 (`kv_source_layers`): ratio 0 is a sliding-window layer, 1
+and 2 compressed; only the source layers keep compressed KV, the others
+("shared") read it and keep none of their own.
+
+SGLang with `compress_ratios`: its own pool arithmetic (sglangdsv4.py):
+padded slots on the layers that own compressed storage, and in place of
+per-layer windows the cap-mode sliding-window pool over every layer plus
+the compressor state rings, which do not grow with the context.
 
 Per layer, the tokens kept: max_model_len (full layers); ceil(len / r) slots
 (DeepSeek V4 layers with compress ratio r > 1); for sliding-window layers
@@ -68,6 +82,7 @@ from dataclasses import dataclass, field
 
 from reconciler.policy.enginekv import KVSettings
 from reconciler.policy.hybridkv import group_size, unified_block, unified_page
+from reconciler.policy.sglangdsv4 import DSV4Pool, DSV4Settings, dsv4_pool, fp4_index_bytes, padded_slot, slot_bytes
 from reconciler.policy.stages import vllm_split
 from reconciler.policy.windowkv import compressor_state_bytes, reserved_tokens
 from reconciler.spec.model import Architecture
@@ -75,12 +90,14 @@ from reconciler.spec.model import Architecture
 MLA_LAYOUTS = frozenset({"fp8_ds_mla", "nvfp4_ds_mla"})
 INDEXER_RATIO = 4.0  # DeepSeek V4 builds its indexer on ratio-4 layers only
 
-KindKey = tuple[str, float]
-"""(kind, ratio): kind is full, compressed, sliding or linear; ratio is r for compressed."""
+KindKey = tuple[str, float, bool]
+"""(kind, ratio, indexed): kind is full, compressed, shared (a V4.1 layer reading another's compressed KV),
+sliding or linear; ratio is r for compressed; indexed: the layer keeps an indexer cache."""
 
-FULL: KindKey = ("full", 1.0)
-SLIDING: KindKey = ("sliding", 1.0)
-LINEAR: KindKey = ("linear", 1.0)
+FULL: KindKey = ("full", 1.0, False)
+INDEXED_FULL: KindKey = ("full", 1.0, True)
+SLIDING: KindKey = ("sliding", 1.0, False)
+LINEAR: KindKey = ("linear", 1.0, False)
 DCP_SLIDING = "dcp-sliding-window"
 
 
@@ -187,6 +204,12 @@ class KVModel:
         self.vllm = self.settings.engine == "vllm"
         # DeepSeek V4 on vLLM: a sliding window on every layer, beside the compressed cache.
         self.window_everywhere = self.vllm and arch.compress_ratios is not None and arch.sliding_window is not None
+        self.dsv4: DSV4Settings | None = self.settings.dsv4 if arch.compress_ratios is not None else None
+        if self.dsv4 is not None:
+            self.attn_width = float(slot_bytes(arch))
+            self.notes.append(
+                f"SGLang's DeepSeek V4 pool keeps a {self.attn_width:g} B FlashMLA slot whatever the KV dtype"
+            )
         self._positional: list[dict[KindKey, int]] | None = None
         self._totals: dict[KindKey, int] = {}
         self._plan_layers(arch)
@@ -223,16 +246,29 @@ class KVModel:
 
     # -- which layer is which ---------------------------------------------------------
 
+    def _indexed(self, layer: int, ratio: float | None) -> bool:
+        """Whether this layer keeps an indexer cache (ratio None: not a DeepSeek V4 layer)."""
+        if not self.index_width:
+            return False
+        if self.arch.indexer_layers is not None:
+            return layer in self.arch.indexer_layers
+        return ratio is None or ratio == INDEXER_RATIO
+
     def _layer_kinds(self, arch: Architecture) -> list[KindKey] | None:
         if arch.compress_ratios is not None:
             kinds: list[KindKey] = []
-            for ratio in arch.compress_ratios:
-                if ratio > 1:
-                    kinds.append(("compressed", float(ratio)))
+            sources = arch.kv_source_layers
+            low = 0.0 if sources is not None else 1.0  # V4.1: only ratio 0 is SWA-only
+            for layer, ratio in enumerate(arch.compress_ratios):
+                if ratio > low:
+                    if sources is not None and ratio in (1, 2) and layer not in sources:
+                        kinds.append(("shared", float(ratio), False))
+                    else:
+                        kinds.append(("compressed", float(ratio), self._indexed(layer, float(ratio))))
                 elif arch.sliding_window is not None:
                     kinds.append(SLIDING)
                 else:
-                    kinds.append(FULL)
+                    kinds.append(INDEXED_FULL if self._indexed(layer, None) else FULL)
             if arch.sliding_window is None and any(r <= 1 for r in arch.compress_ratios):
                 self.notes.append("compress ratio <= 1 layers have no sliding_window: sized as full layers")
             if arch.linear_layers or arch.sliding_window_layers or arch.layer_types:
@@ -242,11 +278,13 @@ class KVModel:
             if arch.linear_layers or arch.sliding_window_layers:
                 self.notes.append("layer_types describes every layer; linear/sliding layer counts ignored")
             out = []
-            for kind in arch.layer_types:
-                if kind == "sliding" and arch.sliding_window is None:
-                    out.append(FULL)
+            for layer, kind in enumerate(arch.layer_types):
+                if kind == "linear":
+                    out.append(LINEAR)
+                elif kind == "sliding" and arch.sliding_window is not None:
+                    out.append(SLIDING)
                 else:
-                    out.append({"full": FULL, "sliding": SLIDING, "linear": LINEAR}[kind])
+                    out.append(INDEXED_FULL if self._indexed(layer, None) else FULL)
             if arch.sliding_window is None and "sliding" in arch.layer_types:
                 self.notes.append("sliding layers without sliding_window: sized as full layers")
             return out
@@ -272,7 +310,11 @@ class KVModel:
             else:
                 sliding = min(arch.sliding_window_layers, arch.layers - linear)
         full = arch.layers - linear - sliding
-        self._totals = {key: n for key, n in ((FULL, full), (SLIDING, sliding), (LINEAR, linear)) if n}
+        indexed = 0
+        if self.index_width:
+            indexed = full if arch.indexer_layers is None else min(full, len(arch.indexer_layers))
+        counted = ((INDEXED_FULL, indexed), (FULL, full - indexed), (SLIDING, sliding), (LINEAR, linear))
+        self._totals = {key: n for key, n in counted if n}
         if self.pp > 1 and len(self._totals) > 1:
             self.notes.append("layer kinds are counted, not placed: each stage is sized with its costliest layers")
 
@@ -289,35 +331,66 @@ class KVModel:
         return reserved_tokens(self.arch.sliding_window, self.settings.in_flight_tokens, length, block)
 
     def _tokens(self, key: KindKey, length: int) -> int:
-        kind, ratio = key
+        kind, ratio, _ = key
         if kind == "sliding":
             return self._sliding_tokens(length, self.settings.block_size)
         slots = math.ceil(length / ratio) if kind == "compressed" else length
         return math.ceil(slots / self.dcp)
 
-    def _has_indexer(self, key: KindKey) -> bool:
-        if not self.index_width or key[0] in ("sliding", "linear"):
-            return False
-        return self.arch.compress_ratios is None or key[1] == INDEXER_RATIO
-
     def layer_parts(self, key: KindKey, length: int) -> dict[str, int]:
         """Bytes of one layer of this kind on one rank, by cache, for min_sequences."""
         if key == LINEAR:
             return {"linear": self.linear_state * self.settings.linear_blocks * self.seqs}
-        tokens = self._tokens(key, length)
-        out = {key[0]: math.ceil(self.attn_width * tokens) * self.seqs}
-        if self._has_indexer(key):
-            out["indexer"] = math.ceil(self.index_width * tokens) * self.seqs
-        if key[0] == "compressed" and self.window_everywhere:
+        kind, ratio, indexed = key
+        if self.dsv4 is not None:
+            return self._sglang_layer_parts(key, length)
+        out: dict[str, int] = {}
+        if kind != "shared":
+            tokens = self._tokens(key, length)
+            out[kind] = math.ceil(self.attn_width * tokens) * self.seqs
+            if indexed and self.index_width:
+                out["indexer"] = math.ceil(self.index_width * tokens) * self.seqs
+        if kind in ("compressed", "shared") and self.window_everywhere:
             window = self._sliding_tokens(length, self.settings.block_size)
             out["sliding"] = math.ceil(self.attn_width * window) * self.seqs
             head = (self.arch.kv_lora_rank or 0) + (self.arch.rope_dim or 0)
             state = compressor_state_bytes(
-                key[1], head, self.arch.index_head_dim, self.settings.in_flight_tokens, length
+                ratio, head, self.arch.index_head_dim, self.settings.in_flight_tokens, length
             )
-            if state:
+            if state and kind == "compressed":
                 out["compressor"] = state * self.seqs
         return out
+
+    # -- SGLang's DeepSeek V4 pool ------------------------------------------------------
+
+    def _sglang_layer_parts(self, key: KindKey, length: int) -> dict[str, int]:
+        """A layer's own compressed slots (padded as SGLang pages them) and indexer keys; windows are pooled."""
+        kind, ratio, indexed = key
+        if kind != "compressed":
+            return {}
+        slots = math.ceil(math.ceil(length / ratio) / self.dcp)
+        out = {"compressed": math.ceil(padded_slot(self.attn_width, ratio) * slots) * self.seqs}
+        if indexed and self.index_width:
+            out["indexer"] = math.ceil(self._sglang_index_width(ratio) * slots) * self.seqs
+        return out
+
+    def _sglang_index_width(self, ratio: float) -> float:
+        """SGLang keeps the ratio-1/2 indexer keys in MXFP4 whatever the ratio-4 indexer uses."""
+        if ratio in (1.0, 2.0) and self.arch.index_head_dim:
+            return float(fp4_index_bytes(self.arch.index_head_dim))
+        return self.index_width
+
+    def dsv4_pool(self, stage: int) -> DSV4Pool:
+        """SGLang's split of this stage's pool (only for SGLang lanes of a DeepSeek V4 model)."""
+        assert self.dsv4 is not None
+        counts = self._stage_counts(stage, 1)
+        return dsv4_pool(counts, self.arch, self.attn_width, self.index_width, self.dsv4)
+
+    def pool_tokens(self, stage: int, pool: int) -> int | None:
+        """Tokens the engine's pool of `pool` bytes holds, where lanes knows how the engine counts them."""
+        if self.dsv4 is None:
+            return None
+        return self.dsv4_pool(stage).tokens(pool)
 
     # -- vLLM hybrid models: one page size for every layer group ------------------------
 
@@ -401,6 +474,9 @@ class KVModel:
         else:
             counts = {k: n for k, n in self._stage_counts(stage, length).items() if n}
         parts = self._parts(counts, length)
+        if self.dsv4 is not None:
+            for part, value in self.dsv4_pool(stage).fixed.items():
+                parts[part] = parts.get(part, 0) + value
         return StageKV(total=sum(parts.values()), parts=parts, layers=sum(counts.values()))
 
     def longest_fitting(self, stage: int, available: int, upper: int) -> int:

@@ -63,6 +63,11 @@ class RankFigures(_Strict):
     remainder: int = Field(description="SGLang: the boot figure outside --mem-fraction-static")
     pool: int = Field(description="KV bytes the engine would allocate")
     context: int = Field(description="tokens per sequence that pool holds, up to max_model_len")
+    pool_tokens: int | None = Field(
+        default=None,
+        description="tokens the pool holds counted as the engine counts them (SGLang's DeepSeek V4 pool); "
+        "null where lanes does not know the engine's count",
+    )
     base: BaseFigure
     boot_free: BootFreeFigure
     capacity: int = Field(description="torch-visible bytes of the host's hardware profile")

@@ -100,6 +100,9 @@ class RankBudget:
     """KV bytes the engine would allocate: the budget left after everything else, or the explicit size."""
     context: int = 0
     """Tokens per sequence that pool holds, up to max_model_len (min_sequences of them)."""
+    pool_tokens: int | None = None
+    """Tokens the engine's pool holds, counted as the engine counts them, where lanes knows how (SGLang's
+    DeepSeek V4 pool: sglangdsv4.py); None elsewhere."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -123,6 +126,7 @@ class RankBudget:
             "remainder": self.remainder,
             "pool": self.pool,
             "context": self.context,
+            "pool_tokens": self.pool_tokens,
             "base": {
                 "kind": self.base,
                 "bytes": self.base_bytes,

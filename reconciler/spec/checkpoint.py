@@ -17,8 +17,14 @@ is read first, the outer config fills what it lacks):
   which qk_rope_head_dim is the RoPE part, so kv_lora_rank = head_dim -
   rope); DeepSeek V4 (model_type deepseek_v4*) also gets kv_slot_bytes 584;
 - compress_ratios (cut to num_hidden_layers: the extra entries are MTP
-  layers whose cache the engines do not allocate), sliding_window,
-  index_head_dim;
+  layers whose cache the engines do not allocate: vLLM 0.33.0 builds its
+  DeepSeek V4 MTP layer SWA-only whatever the entry says), kv_source_layer_ids (DeepSeek V4.1) as
+  kv_source_layers, sliding_window, index_head_dim;
+- the layers that keep an indexer cache when not all do (indexer_layers), as
+  vLLM 0.33.0 picks them (vllm/models/deepseek_v32/attention.py): with
+  index_topk_pattern the layers not marked "S", else with index_topk_freq f
+  > 1 and index_skip_topk_offset o (default 2) the layers l with
+  max(l - o + 1, 0) % f == 0;
 - layer_types: 'sliding_attention' layers count as sliding_window_layers,
   'linear_attention' (or mamba) layers as linear_layers, and the list
   itself (full / sliding / linear) says which pipeline stage holds which;
@@ -263,6 +269,32 @@ def _compress_ratios(cfg: _Config, layers: int, notes: list[str]) -> list[float]
     return [float(r) for r in ratios[:layers]]
 
 
+def _indexer_layers(cfg: _Config, layers: int, notes: list[str]) -> list[int] | None:
+    """The layers computing their own top-k as vLLM selects them; None when every layer does."""
+    pattern = cfg.get("index_topk_pattern")
+    if isinstance(pattern, str) and pattern:
+        picked = [i for i in range(layers) if i >= len(pattern) or pattern[i] != "S"]
+    else:
+        freq = cfg.integer("index_topk_freq") or 1
+        if freq <= 1:
+            return None
+        offset = cfg.integer("index_skip_topk_offset")
+        offset = 2 if offset is None else offset
+        picked = [i for i in range(layers) if max(i - offset + 1, 0) % freq == 0]
+    if len(picked) == layers:
+        return None
+    types = cfg.get("indexer_types")
+    if isinstance(types, list) and len(types) == layers:
+        full = [i for i, kind in enumerate(types) if kind != "shared"]
+        if full != picked:
+            notes.append(
+                f"indexer_types marks {len(full)} layers full where index_topk_freq/pattern gives {len(picked)}: "
+                "vLLM follows the latter, SGLang the former; indexer_layers follows vLLM"
+            )
+    notes.append(f"indexer cache on {len(picked)} of {layers} layers (the ones that compute their own top-k)")
+    return picked
+
+
 def _moe(cfg: _Config, notes: list[str]) -> dict[str, int] | None:
     experts = cfg.integer("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
     if not experts or experts <= 1:
@@ -334,6 +366,12 @@ def model_from_checkpoint(
     index_dim = cfg.integer("index_head_dim")
     if index_dim:
         arch["index_head_dim"] = index_dim
+        picked = _indexer_layers(cfg, layers, notes)
+        if picked is not None:
+            arch["indexer_layers"] = picked
+    sources = cfg.get("kv_source_layer_ids")
+    if ratios is not None and isinstance(sources, list) and sources:
+        arch["kv_source_layers"] = sorted({int(i) for i in sources if int(i) < layers})
     max_pos = cfg.integer("max_position_embeddings")
     if max_pos:
         arch["max_position_embeddings"] = max_pos

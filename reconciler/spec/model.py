@@ -43,7 +43,22 @@ class Architecture(StrictModel):
     )
     compress_ratios: tuple[float, ...] | None = Field(
         default=None,
-        description="DeepSeek V4: per layer; r > 1 keeps one slot per r tokens, r <= 1 is a sliding-window layer",
+        description="DeepSeek V4: per layer; r > 1 keeps one slot per r tokens, r <= 1 is a sliding-window layer. "
+        "With kv_source_layers (DeepSeek V4.1) only 0 is a sliding-window layer and 1 and 2 are compressed "
+        "(vLLM's deepseek_v41 attention takes 0, 1 and 2; its deepseek_v4 one clamps r to at least 1, SWA-only)",
+    )
+    kv_source_layers: tuple[int, ...] | None = Field(
+        default=None,
+        description="DeepSeek V4.1 (config kv_source_layer_ids): the ratio-1/2 layers that keep compressed KV "
+        "(and its indexer); the other ratio-1/2 layers read theirs (SGLang deepseek_v4_memory_pool.py "
+        "collect_sources_by_ratio, 0.5.23)",
+    )
+    indexer_layers: tuple[int, ...] | None = Field(
+        default=None,
+        description="0-based layers that keep a sparse-attention indexer cache, as the engines select them: the "
+        "layers that compute their own top-k (vLLM 0.33.0 deepseek_v32/attention.py from index_topk_pattern or "
+        "index_topk_freq and index_skip_topk_offset; SGLang 0.5.23 dsa_layer_skips_topk, indexer_types first). "
+        "None: every full layer, or with compress_ratios every ratio-4 layer",
     )
     sliding_window: int | None = Field(default=None, ge=1, description="tokens a sliding-window layer keeps")
     sliding_window_layers: int = Field(
@@ -90,6 +105,17 @@ class Architecture(StrictModel):
             raise ValueError(
                 f"compress_ratios has {len(self.compress_ratios)} entries but the model has {self.layers} layers"
             )
+        for name in ("kv_source_layers", "indexer_layers"):
+            picked = getattr(self, name)
+            if picked is None:
+                continue
+            if list(picked) != sorted(set(picked)) or any(i < 0 or i >= self.layers for i in picked):
+                raise ValueError(f"{name} must be distinct layer numbers in order, each below layers ({self.layers})")
+        if self.kv_source_layers is not None:
+            if self.compress_ratios is None:
+                raise ValueError("kv_source_layers needs compress_ratios")
+            if any(self.compress_ratios[i] not in (1, 2) for i in self.kv_source_layers):
+                raise ValueError("kv_source_layers must be layers of compress ratio 1 or 2")
         if self.linear_layers > self.layers:
             raise ValueError("linear_layers cannot exceed layers")
         if self.linear_layers and not self.linear_state_bytes:

@@ -313,3 +313,37 @@ def test_dcp_is_not_offered_where_the_engine_refuses_it() -> None:
     [deny] = found(verdict)
     assert "raise dcp" not in deny.message and "fitting_dcp" not in deny.detail
     assert "raise pp" in deny.message
+
+
+MTP = ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}')
+
+
+def test_a_dsa_drafter_layer_keeps_its_indexer_on_vllm_and_sglang() -> None:
+    # GLM-5-like: 4 latent layers, an indexer on layer 0 only. vLLM's MTP layer always builds an indexer
+    # (vllm/models/deepseek_v32/attention.py is_mtp_layer), SGLang sizes the draft's indexer on every draft layer
+    # (pool_configurator.py allocate_all_layers): (512 + 64) x 2 B + 128 + 4 B = 1,284 B x 1000 tokens.
+    arch = mla(layers=4, index_head_dim=128, indexer_layers=(0,))
+    [vllm] = ranks(engine="vllm", arch=arch, args=MTP)
+    [sglang] = ranks(engine="sglang", arch=arch, args=("--speculative-algorithm", "NEXTN"))
+    assert vllm.drafter == sglang.drafter == 1284 * 1000
+    assert vllm.kv_parts["indexer"] == 132 * 1000  # the target: one indexed layer of four
+
+
+def test_vllms_deepseek_v4_drafter_is_one_sliding_window_layer() -> None:
+    # vLLM 0.33.0 builds the V4 MTP layer SWA-only (compress_ratio 1 past num_hidden_layers): a window of
+    # min(128 - 1 + 2 x 2048 in flight, 1000) = 1000 tokens in 64-token blocks, cdiv(1000, 64) + 1 = 17 blocks,
+    # 1088 tokens x (448 + 64) x 2 B = 1,114,112 B; one full latent layer would be 1000 x 1024 = 1,024,000.
+    arch = mla(layers=4, kv_lora_rank=448, compress_ratios=(1.0, 4.0, 128.0, 1.0), sliding_window=128)
+    [rank] = ranks(engine="vllm", arch=arch, args=MTP, engine_version="0.33.0")
+    assert rank.drafter == 1088 * 1024
+
+
+def test_sglangs_drafter_is_an_average_target_layer_of_a_hybrid_model() -> None:
+    # SGLang scales the target's cell by draft layers / layers (pool_configurator.py): two full layers of 1000
+    # tokens and two sliding ones of min(1000, 256) at 2 x 8 x 64 x 2 = 2,048 B a token: (2 x 1000 + 2 x 256) x
+    # 2048 / 4. vLLM gives the draft a full attention layer of its own: 1000 x 2048.
+    arch = gqa(layers=4, kv_heads=8, head_dim=64, sliding_window=256, sliding_window_layers=2)
+    [sglang] = ranks(engine="sglang", arch=arch, args=("--speculative-algorithm", "NEXTN"))
+    assert sglang.drafter == (2 * 1000 + 2 * 256) * 2048 // 4
+    [vllm] = ranks(engine="vllm", arch=arch, args=MTP)
+    assert vllm.drafter == 1000 * 2048

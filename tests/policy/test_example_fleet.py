@@ -47,8 +47,22 @@ def test_glm_latent_cache_is_glm52s_mla_width(verdict: Verdict) -> None:
         assert rank.kv_min >= 576 * 78 * CONTEXT
 
 
+# GLM-5.2's config.json (tests/fixtures/model-configs/glm-5.2): index_topk_freq 4, index_skip_topk_offset 3,
+# no index_topk_pattern. vLLM 0.33.0 (vllm/models/deepseek_v32/attention.py) builds an Indexer on layer l only
+# when max(l - 3 + 1, 0) % 4 == 0: layers 0, 1, 2 and 6, 10, ..., 74, 21 of 78 (indexer_types' "full" ones).
+GLM_INDEXER_LAYERS = [layer for layer in range(78) if max(layer - 2, 0) % 4 == 0]
+
+
+def test_glm_indexer_is_sized_on_the_layers_that_compute_their_own_topk(verdict: Verdict) -> None:
+    assert len(GLM_INDEXER_LAYERS) == 21
+    # fp8 key 128 B + one fp32 scale = 132 B per token on each of the 21 layers, whole on every rank.
+    for rank in verdict.lane_budgets(GLM):
+        assert rank.kv_parts["indexer"] == 21 * 132 * CONTEXT
+        assert rank.kv_min == (576 * 78 + 21 * 132) * CONTEXT  # 5.82 GiB (6.74 GiB with an indexer on all 78)
+
+
 def test_glm_full_lane_does_not_fit_comfortably(verdict: Verdict) -> None:
-    # Weights and KV alone leave 0.88 x 121.7 - 99 - 5.5 = 2.6 GiB at most: under the 10 GiB margin whatever
+    # Weights and KV alone leave 0.88 x 121.7 - 99 - 5.8 = 2.3 GiB: under the 10 GiB margin whatever
     # the runtime takes, and the runtime takes more than that.
     for rank in verdict.lane_budgets(GLM):
         assert rank.budget - rank.weights - rank.kv_min < MARGIN

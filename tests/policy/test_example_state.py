@@ -11,6 +11,7 @@ from reconciler.policy import Verdict, evaluate
 from reconciler.spec.load import DesiredState
 
 from .builders import GIB, repo_policies, repo_state, with_lanes
+from .test_calibration import sglang_pool_tokens
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -89,6 +90,14 @@ def test_production_is_warned_of_its_small_pool_and_nightly_has_no_findings(verd
     assert found.detail["ranks"] == "0,1,2,3"
     assert all(8 * GIB < b.headroom < 10 * GIB for b in verdict.lane_budgets(PRODUCTION))
     assert verdict.lane_violations(NIGHTLY) == []
+
+
+def test_the_check_report_counts_productions_pool_in_sglangs_tokens(verdict: Verdict) -> None:
+    # 9.66 GiB of pool per rank, less SGLang's fixed 0.97 GiB, at 1,632.5 B per token (test_calibration.py):
+    # 5,720,320 tokens. The vLLM lanes' pools carry no engine count (null).
+    for rank in verdict.lane_budgets(PRODUCTION):
+        assert rank.to_json()["pool_tokens"] == sglang_pool_tokens(rank.pool) == 5_720_320
+    assert all(rank.to_json()["pool_tokens"] is None for rank in verdict.lane_budgets(NIGHTLY))
 
 
 def test_minimax_weights_per_rank(verdict: Verdict) -> None:

@@ -104,3 +104,21 @@ def test_hybrid_layers_are_placed_where_the_config_puts_them() -> None:
     assert [i for i, kind in enumerate(kinds) if kind == "full"] == list(range(3, 40, 4))
     spec, _ = described("gpt-oss-120b")
     assert spec.architecture.layer_types == ("sliding", "full") * 18
+
+
+def test_glm52s_indexer_layers_are_the_ones_vllm_builds_an_indexer_on() -> None:
+    # GLM-5.2: index_topk_freq 4, index_skip_topk_offset 3, no index_topk_pattern. vLLM 0.33.0
+    # (vllm/models/deepseek_v32/attention.py) skips the top-k on layer l unless max(l - 3 + 1, 0) % 4 == 0.
+    spec, notes = described("glm-5.2")
+    expected = (0, 1, 2, *range(6, 78, 4))
+    assert spec.architecture.indexer_layers == expected
+    assert len(expected) == 21
+    # The config's own indexer_types (which SGLang 0.5.23 reads first) marks the same layers "full".
+    config = json.loads((FIXTURES / "glm-5.2" / "config.json").read_text())
+    assert tuple(i for i, kind in enumerate(config["indexer_types"]) if kind == "full") == expected
+    assert "indexer cache on 21 of 78 layers (the ones that compute their own top-k)" in notes
+
+
+@pytest.mark.parametrize("slug", ["deepseek-v3.2", "deepseek-v4-flash"])
+def test_models_whose_every_layer_computes_its_topk_list_no_indexer_layers(slug: str) -> None:
+    assert described(slug)[0].architecture.indexer_layers is None
