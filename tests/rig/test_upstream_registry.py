@@ -15,8 +15,10 @@ pytestmark = [pytest.mark.rig, pytest.mark.timeout(120)]
 
 
 async def test_tags_and_digests_come_from_the_real_registry(rig: Rig, tmp_path: Path) -> None:
+    # Release tags only, as a real source's filter would be: the rig's registry also holds the engine image
+    # the preflight test pushes to the same repository (`vllm-nightly`), which `^v` alone would take.
     source = OCIRepository(
-        kind="oci", name="standin", registry=REGISTRY, repository=IMAGE_REPO, tag_filter="^v", insecure=True
+        kind="oci", name="standin", registry=REGISTRY, repository=IMAGE_REPO, tag_filter=r"^v[0-9]+$", insecure=True
     )
     settings = PollSettings(data_dir=tmp_path / "upstream")
     with UpstreamStore(tmp_path / "lanes.db") as store:
