@@ -49,6 +49,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
     "qwen3-235b-a22b": {"layers": 94, "attention": "gqa", "kv_heads": 4, "head_dim": 128},
     "minimax-m2.5": {"layers": 62, "attention": "gqa", "kv_heads": 8, "head_dim": 128},
+    # M2.7 keeps M2.5's attention: 62 layers of 8 KV heads x head_dim 128 (attn_type_list all 1)
+    "minimax-m2.7": {"layers": 62, "attention": "gqa", "kv_heads": 8, "head_dim": 128},
     "minimax-m3": {"layers": 60, "attention": "gqa", "kv_heads": 4, "head_dim": 128, "hidden_size": 6144},
     # full_attention_interval 4 over 48 layers: 36 gated delta-net layers
     "qwen3-next-80b-a3b": {"layers": 48, "attention": "gqa", "kv_heads": 2, "head_dim": 256, "linear_layers": 36},
@@ -62,6 +64,7 @@ MOE = {
     "gpt-oss-120b": (128, 4),
     "qwen3-235b-a22b": (128, 8),
     "minimax-m2.5": (256, 8),
+    "minimax-m2.7": (256, 8),
     "minimax-m3": (128, 4),
     "qwen3-next-80b-a3b": (512, 10),
 }
