@@ -52,6 +52,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # M2.7 keeps M2.5's attention: 62 layers of 8 KV heads x head_dim 128 (attn_type_list all 1)
     "minimax-m2.7": {"layers": 62, "attention": "gqa", "kv_heads": 8, "head_dim": 128},
     "minimax-m3": {"layers": 60, "attention": "gqa", "kv_heads": 4, "head_dim": 128, "hidden_size": 6144},
+    # hybrid_override_pattern: 8 attention layers ("*") of 2 KV heads x 128 among 88 (the rest Mamba-2 and MoE);
+    # which layers are attention is not asserted here: describe does not read the pattern yet (bench/README.md)
+    "nemotron-3-super-120b-a12b": {"layers": 88, "attention": "gqa", "kv_heads": 2, "head_dim": 128},
     # full_attention_interval 4 over 48 layers: 36 gated delta-net layers
     "qwen3-next-80b-a3b": {"layers": 48, "attention": "gqa", "kv_heads": 2, "head_dim": 256, "linear_layers": 36},
     # text_config: 40 layers, layer_types 3 linear_attention + 1 full_attention
@@ -67,6 +70,7 @@ MOE = {
     "minimax-m2.7": (256, 8),
     "minimax-m3": (128, 4),
     "qwen3-next-80b-a3b": (512, 10),
+    "nemotron-3-super-120b-a12b": (512, 22),
 }
 """(routed experts, experts per token): n_routed_experts / num_experts / num_local_experts, num_experts_per_tok."""
 
