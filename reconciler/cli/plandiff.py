@@ -20,6 +20,7 @@ from reconciler.facts.labels import LABEL_COMMIT
 from reconciler.plan.steps import LanePlan, StopContainers
 from reconciler.source.history import FileChange, lane_changes_between
 from reconciler.store.journal import Store
+from reconciler.store.lanestate import last_start_s
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,7 @@ def _restarts(lp: LanePlan, result: CycleResult) -> tuple[str, ...]:
 
 
 def _last_ready(store: Store, lane: str) -> float | None:
-    record = store.lane(lane)
-    timings = record.timings if record is not None else {}
-    value = timings.get("to_token", timings.get("total")) if timings else None
-    return float(value) if isinstance(value, int | float) else None
+    return last_start_s(store.lane(lane))
 
 
 def lane_diffs(

@@ -72,6 +72,7 @@ def plan_to_json(
                 "drift": [d.to_json() for d in lp.drift],
                 "hosts": list(lp.hosts),
                 "after": list(lp.after),
+                "rollout": lp.rollout.to_json() if lp.rollout is not None else None,
                 "per_host": {host: dict(values) for host, values in lp.per_host},
                 "steps": [{"kind": s.kind, "describe": s.describe()} for s in lp.steps],
                 **({"diff": diffs[lp.lane].to_json()} if lp.lane in diffs else {}),
@@ -130,15 +131,24 @@ def print_plan(
                     _say(console, f"{INDENT}  {field_text(data)}")
             if diff.problem:
                 _say(console, f"{INDENT}[yellow]{escape(diff.problem)}[/]")
-            if diff.restarts:
+            if diff.restarts and lp.rollout is not None:
+                _say(console, f"{INDENT}restarts {escape(', '.join(diff.restarts))}")
+            elif diff.restarts:
                 downtime = (
                     f"; expected downtime about {diff.last_ready_s:.0f} s (its last start took that to a first token)"
                     if diff.last_ready_s is not None
                     else "; expected downtime unknown (no start of this lane measured yet)"
                 )
                 _say(console, f"{INDENT}restarts {escape(', '.join(diff.restarts))}{downtime}")
+        if lp.rollout is not None:
+            _say(console, f"{INDENT}[bold]rollout[/] {escape(lp.rollout.describe())}")
         if lp.after:
-            _say(console, f"{INDENT}after {escape(', '.join(lp.after))} (its after: in the lane file)")
+            why = (
+                "one replica at a time"
+                if lp.rollout is not None and lp.rollout.kind.value == "one-replica-at-a-time"
+                else "its after: in the lane file"
+            )
+            _say(console, f"{INDENT}after {escape(', '.join(lp.after))} ({why})")
         if lp.per_host and lp.steps:
             for host, values in lp.per_host:
                 said = " ".join(f"{var}={value}" for var, value in values)

@@ -40,6 +40,19 @@ class GatewaySettings(Section):
         "worker, and this is how soon they are back",
     )
     timeout_s: float = Field(60.0, gt=0, le=600, description="seconds one routes pass may take, all calls included")
+    hold_host: str = Field(
+        "127.0.0.1",
+        description="where the holding answer listens (503 with Retry-After for a model changed in place); the "
+        "gateway calls it, on this machine",
+    )
+    hold_port: int = Field(0, ge=0, le=65535, description="the holding answer's port (0: any free port)")
+
+    @field_validator("hold_host")
+    @classmethod
+    def _hold_loopback(cls, value: str) -> str:
+        if value not in _LOOPBACK:
+            raise ValueError(f"{value!r}: the holding answer listens on loopback only (the gateway is on this machine)")
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -353,7 +353,7 @@ class CommitDecider:
                 "lane": r.lane,
                 "result": r.result,
                 "error": with_engine_words(r.error, r.logs),  # the engine's own words beside "a rank exited"
-                "timings": {k: v for k, v in r.timings.items() if k == "total"},
+                "timings": {k: v for k, v in r.timings.items() if k in ("total", "watch_requests", "watch_failures")},
             }
             if r.held_until is not None:
                 entry["held_until"] = instant_text(r.held_until)

@@ -16,19 +16,22 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 
 from reconciler.daemon.configgateway import GatewaySettings
 from reconciler.execute.cycle import HostOverride
+from reconciler.gateway.control import WorkerFigures, read_figures
+from reconciler.gateway.hold import HoldServer
 from reconciler.gateway.launch import read_key
 from reconciler.gateway.router import RouteChanges, RouterError, reconcile
-from reconciler.gateway.routes import desired_routes
+from reconciler.gateway.routes import away_models, desired_routes
 from reconciler.gateway.smg import SmgRouter
 from reconciler.spec.fleet import Host
 from reconciler.spec.load import DesiredState
 from reconciler.store.journal import Store
-from reconciler.store.lanestate import lane_states
+from reconciler.store.lanestate import lane_states, last_starts
 
 log = structlog.get_logger("lanes.gateway")
 DRAIN_PASSES = 30
@@ -53,6 +56,44 @@ class GatewayJob:
         """Passes in a row that found a wanted worker still draining (each is followed by another, up to a bound)."""
         self.last: dict[str, Any] = {}
         """The last pass: when, the routes it made the gateway hold (model -> URLs), what changed, its error."""
+        self.hold = HoldServer(settings.hold_host, settings.hold_port)
+        """The holding answer (503 with Retry-After) for models whose only lane changes in place."""
+        self._passes_done = 0
+        self._pass_ended = asyncio.Condition()
+
+    async def start(self) -> None:
+        """Open the holding answer's listener (the routes passes start with the first kick)."""
+        if self.settings.enabled:
+            await self.hold.start()
+
+    async def settle(self) -> None:
+        """A pass over the routes the lanes' states derive now, awaited (a rollout's drain and watch wait for it);
+        bounded by the pass's own timeout, and a pass that fails is said, never raised."""
+        if not self.settings.enabled:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.timeout_s * 2):
+                while True:
+                    # A running pass may have read the older states: the one after it is the one that counts.
+                    await self._one_more_pass(self._passes_done + (2 if self.running else 1))
+                    if not self.last.get("waiting") and not self.last.get("error"):
+                        return  # the gateway holds what the states derive
+                    await asyncio.sleep(0.5)  # a worker still draining, or the gateway did not answer: again
+
+    async def _one_more_pass(self, target: int) -> None:
+        """Kick, and wait until `target` passes have ended since the daemon started."""
+        self.kick()
+        async with self._pass_ended:
+            await self._pass_ended.wait_for(lambda: self._passes_done >= target)
+
+    async def figures(self, url: str) -> WorkerFigures | None:
+        """One worker's figures from the gateway's Prometheus listener, on the control plane's host."""
+        desired = self._desired()
+        if desired is None or desired.fleet.gateway is None or not self.settings.enabled:
+            return None
+        host = urlsplit(self.settings.url).hostname or "127.0.0.1"
+        shown = f"[{host}]" if ":" in host else host
+        return await read_figures(f"http://{shown}:{desired.fleet.gateway.metrics_port}/metrics", url)
 
     @property
     def running(self) -> bool:
@@ -71,6 +112,7 @@ class GatewayJob:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.hold.close()
 
     async def _passes(self) -> None:
         while self._again:
@@ -83,13 +125,24 @@ class GatewayJob:
             except Exception as exc:  # a broken pass costs that pass, never the daemon
                 log.error("gateway.crashed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
                 self._failed(f"{type(exc).__name__}: {exc}")
+            finally:
+                self._passes_done += 1
+                async with self._pass_ended:
+                    self._pass_ended.notify_all()
 
     async def once(self) -> RouteChanges | None:
         """One pass; None when there is nothing to route yet (no decided state, no `gateway:` in it)."""
         desired = self._desired()
         if desired is None or desired.fleet.gateway is None:
             return None
-        routes = desired_routes(desired.fleet, self._reached(desired.hosts), lane_states(self.store))
+        states = lane_states(self.store)
+        routes = desired_routes(desired.fleet, self._reached(desired.hosts), states)
+        # A model whose only lanes change in place answers 503 with Retry-After meanwhile (reconciler.gateway.hold).
+        away = away_models(desired.fleet, states, last_starts(self.store), time.time()) if self.hold.port else {}
+        self.hold.set_away(away)
+        holding = frozenset(self.hold.url(model) for model in away)
+        for model in away:
+            routes[model] = frozenset({self.hold.url(model)})
         assert self.settings.key_file is not None  # the settings refuse enabled without one
         try:
             key = read_key(str(self.settings.key_file))  # read at each pass: a rotated key is used at once
@@ -98,7 +151,7 @@ class GatewayJob:
             return None
         router = SmgRouter(self.settings.url, key)
         try:
-            changes = await reconcile(router, routes)
+            changes = await reconcile(router, routes, holding)
         except RouterError as exc:
             self._failed(str(exc))
             return None
@@ -114,6 +167,7 @@ class GatewayJob:
         self.last = {
             "at": time.time(),
             "routes": {model: sorted(urls) for model, urls in sorted(routes.items())},
+            "away": {model: round(back - time.time(), 1) for model, back in sorted(away.items())},
             "added": len(changes.added),
             "removed": len(changes.removed),
             "waiting": list(changes.waiting),

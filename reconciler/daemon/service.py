@@ -143,6 +143,8 @@ class Daemon:
         self.gateway = GatewayJob(
             cfg.gateway, self.store, lambda: self.decider.last_desired, self.runner.settings.overrides
         )
+        if cfg.gateway.enabled:
+            self.operations.inflight.routes = self.gateway  # drains and watches settle the routes through it
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -390,6 +392,7 @@ class Daemon:
         http = http_server(self)
         if http is not None:
             await http.start()
+        await self.gateway.start()  # the holding answer's listener, before any change can need it
         await self.fetch()  # creates the mirror, which the watch needs to exist
         watcher = asyncio.create_task(self._watch()) if self.config.repo.watch else None
         self.trigger.kick("start")

@@ -77,7 +77,8 @@ class Executor:
 
     async def apply(self, plan: Plan, desired: DesiredState, lease_file: str) -> list[LaneResult]:
         leases = Leases(self.ops, lease_file, self.config.owner, desired.fleet.lease_ttl_s, self.progress)
-        shared = Shared(self.ops, self.store, self.secrets, self.config, self.progress, leases, self.inflight)
+        routes = self.inflight.routes if self.inflight is not None else None
+        shared = Shared(self.ops, self.store, self.secrets, self.config, self.progress, leases, self.inflight, routes)
         by_name = {lp.lane: lp for lp in plan.lanes}
         # Read before the giving lanes stop: what each last passed its gate with, should its swap be undone.
         swaps = [

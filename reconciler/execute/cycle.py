@@ -33,7 +33,7 @@ from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
 from reconciler.spec.policyfiles import KnownIssuesFile
 from reconciler.store.journal import Store
-from reconciler.store.lanestate import lane_states
+from reconciler.store.lanestate import lane_states, last_starts
 from reconciler.store.swaprestore import pending_restores
 from reconciler.transport.base import HostTarget, Transport
 
@@ -195,6 +195,7 @@ class CycleRunner:
             windows=loaded.policies.windows,
             window_clock=window_clock(),
             window_override=now or overrides_windows(loaded.message),
+            away=last_starts(self.store),
         )
         fleet_plan = plan_fleet(desired, observed, verdict, options)
         # Each lane to deploy has its arguments parsed by its own image first; a refusal denies it (preflight.py).

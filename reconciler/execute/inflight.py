@@ -13,6 +13,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.gateway.control import RouteControl
+
 
 @dataclass
 class InFlight:
@@ -21,6 +23,8 @@ class InFlight:
     """lane -> the task applying it (deploys and verifies: the transactions a newer commit may end)."""
     preempting: dict[str, str] = field(default_factory=dict)
     """lane -> the commit that ends its transaction (set just before the task is cancelled)."""
+    routes: RouteControl | None = None
+    """The gateway the daemon drives, which a rollout's drain and watch settle (None: none is driven)."""
 
     def preempt(self, lane: str, commit: str) -> bool:
         """End `lane`'s transaction at its next safe point for `commit`; False when none can be ended."""

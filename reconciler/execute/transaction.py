@@ -31,10 +31,12 @@ from reconciler.execute.inflight import InFlight, take_back_cancel
 from reconciler.execute.leases import LeaseBlockedError, Leases
 from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent, ProgressFn, Result
 from reconciler.execute.rollback import put_back
+from reconciler.execute.rolloutsteps import drain, watch
 from reconciler.execute.secrets import SecretStore, env_file_text
 from reconciler.execute.stagestep import run_stage
 from reconciler.facts.cudareq import REQUIRE_VAR, driver_gives, required_cuda
 from reconciler.facts.enginelog import engine_words
+from reconciler.gateway.control import RouteControl
 from reconciler.lane import (
     Blocked,
     Event,
@@ -59,16 +61,19 @@ from reconciler.plan.specjson import spec_to_json
 from reconciler.plan.steps import (
     AcquireLeases,
     Cause,
+    Drain,
     DropCaches,
     LanePlan,
     PullImages,
     RemoveEnvFiles,
+    RolloutKind,
     StageModel,
     StartRanks,
     Step,
     StopContainers,
     WaitGpuFree,
     WaitReady,
+    Watch,
     WriteEnvFiles,
 )
 from reconciler.spec.lane import Health
@@ -88,6 +93,8 @@ class Shared:
     leases: Leases
     inflight: InFlight | None = None
     """The daemon's operations (None for `lanes apply`, which nothing preempts)."""
+    routes: RouteControl | None = None
+    """The gateway the daemon drives (None: no gateway, or `lanes apply`): drains and watches settle it."""
 
 
 class _NotDoneError(Exception):
@@ -109,6 +116,11 @@ class LaneTransaction:
         self.before = shared.store.lane(lp.lane)
         self.drift = lp.drift if lp.cause in {Cause.DRIFT, Cause.RESTORED_DRIFT} else ()
         """What drifted, when repairing it is why this transaction runs (a new spec is not drift)."""
+        self.beside = lp.rollout is not None and lp.rollout.kind is RolloutKind.BLUE_GREEN
+        """Blue/green: the new ranks start beside the old ones, which serve until the watch passed."""
+        self.started_beside = False
+        self.watched: Watch | None = None
+        """Blue/green's watch once it began: the new head has taken traffic, and an abort drains it first."""
 
     # -- the three kinds ------------------------------------------------------
 
@@ -208,6 +220,11 @@ class LaneTransaction:
             run = partial(self._stage, step)
         elif isinstance(step, WriteEnvFiles):
             run = partial(self._env_files, step)
+        elif isinstance(step, StopContainers) and self.beside:
+            # Blue/green's old ranks, once the new spec took the traffic and passed its watch: the route stays
+            # on the new ranks (WATCHING) until the transaction ends; a stop that fails is drift for the next
+            # resync, never a reason to move the traffic back.
+            run = partial(self._stop_old, step)
         elif isinstance(step, StopContainers):
             self.touched = True
             self._record(Progressed(phase=Phase.STOPPING))
@@ -216,16 +233,28 @@ class LaneTransaction:
             run = partial(self._drop, step)
         elif isinstance(step, WaitGpuFree):
             run = partial(self._gpu_free, step)
+        elif isinstance(step, StartRanks) and self.beside:
+            self.started_beside = True
+            self._record(Progressed(phase=Phase.BESIDE))
+            run = partial(self._start, step)
         elif isinstance(step, StartRanks):
             self.touched = True
             self._record(Progressed(phase=Phase.STARTING))
             run = partial(self._start, step)
+        elif isinstance(step, Drain):
+            self._record(Progressed(phase=Phase.DRAINING))
+            run = partial(drain, ops, step, self.s.routes, self.lp.lane, self.s.progress)
+        elif isinstance(step, Watch):
+            self.watched = step
+            self._record(Progressed(phase=Phase.WATCHING, candidate=Gate(step.host, step.port, step.served_model)))
+            run = partial(self._watch, step)
         elif isinstance(step, RemoveEnvFiles):
             run = partial(self._remove_env_files, step)
         else:
             assert isinstance(step, WaitReady)
             if self.lp.action != "verify":  # a verify starts at its gate
-                self._record(Progressed(phase=Phase.GATING, deadline=self._gate_deadline()))
+                phase = Phase.BESIDE if self.beside else Phase.GATING
+                self._record(Progressed(phase=phase, deadline=self._gate_deadline()))
             ranks = self.started_ranks
             run = partial(gate, ops, step, self.health, ranks, self.timings, self.t0, self.s.config.watch_interval_s)
         await run()
@@ -276,6 +305,18 @@ class LaneTransaction:
         errors = await gather_hosts([self.s.ops.stop_remove(c.host, c.name) for c in step.containers])
         if errors:
             raise StepFailedError.wrap("stop", errors, touched=True)
+
+    async def _stop_old(self, step: StopContainers) -> None:
+        try:
+            await self._stop(step)
+        except StepFailedError as exc:
+            raise _NotDoneError(f"the old ranks did not all stop ({exc}); the next resync stops them") from exc
+
+    async def _watch(self, step: Watch) -> None:
+        figures = await watch(self.s.ops, step, self.health, self.s.routes, self.lp.lane, self.s.progress)
+        if figures is not None:
+            self.timings["watch_requests"] = float(figures.successes + figures.failures)
+            self.timings["watch_failures"] = float(figures.failures)
 
     async def _drop(self, step: DropCaches) -> None:
         await gather_hosts([self.s.ops.drop_caches(h) for h in step.hosts])
@@ -348,6 +389,8 @@ class LaneTransaction:
             self.s.inflight.tasks.pop(lp.lane, None)
         if lp.cause == Cause.RESTORED_DRIFT:
             return await self._repair_failed(exc)
+        if self.beside and not self.touched:
+            return await self._beside_failed(exc)
         why = self._repairing(str(exc))
         failed = StepFailed(touched=exc.touched, transient=exc.transient, delay_s=exc.delay_s, why=why)
         if not exc.touched:
@@ -378,6 +421,29 @@ class LaneTransaction:
         await self.s.leases.give_back(self.held)
         return self._result(result, message, logs=restore.logs)
 
+    async def _beside_failed(self, exc: StepFailedError) -> LaneResult:
+        """Blue/green failed before the old ranks stopped: the traffic goes back to them first, then the new
+        ranks stop (their last log lines kept), and the old spec serves on as it did (nothing was touched)."""
+        lp = self.lp
+        self._record(Progressed(phase=Phase.BESIDE))  # the route derives from this: the old ranks again
+        if self.s.routes is not None and self.watched is not None:
+            # The new head took traffic: out of the route (the old ranks have it again), its requests finish.
+            w = self.watched
+            await drain(self.s.ops, Drain(w.model, w.host, w.port, w.drain_s), self.s.routes, lp.lane, self.s.progress)
+        elif self.s.routes is not None:
+            await self.s.routes.settle()
+        logs: dict[str, str] = {}
+        if self.started_beside:
+            logs = (await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)).logs
+        why = f"{exc}; the traffic went back to the old ranks, which never stopped, and the new ranks were stopped"
+        failed = StepFailed(
+            touched=False, transient=exc.transient, delay_s=exc.delay_s, why=why, engine=engine_words(logs)
+        )
+        message = self._end(Result.FAILED, failed, logs=logs) or why
+        self.s.progress(ProgressEvent(lp.lane, "rollback", "done", message))
+        await self.s.leases.give_back(self.held)
+        return replace(self._result(Result.FAILED, message, logs=logs), untouched=True)
+
     async def _repair_failed(self, exc: StepFailedError) -> LaneResult:
         """The last healthy spec could not be put back: said, and nothing else blamed (the held spec's
         condemnation or backoff stays as it was; the healthy spec is not condemned, it is simply not serving)."""
@@ -398,6 +464,10 @@ class LaneTransaction:
         """Shutdown (SIGTERM) in the middle of a transaction: put the last healthy spec back without
         waiting for it to load (that can take longer than the stop timeout); the caller lets the cancel go on."""
         lp, store = self.lp, self.s.store
+        if self.started_beside and not self.touched:
+            # Blue/green: the old ranks never stopped; the new ones are stopped, and what served serves on.
+            self._record(Progressed(phase=Phase.BESIDE))
+            await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)
         if self.touched:
             step_id = store.step_started(self.run, lp.lane, lp.commit, 1000, "rollback", {"error": "shutdown"})
             # What a failure would put back (`reconciler.lane.restore_target`), restarted without its gate.
@@ -429,6 +499,11 @@ class LaneTransaction:
         take_back_cancel()
         lp, store = self.lp, self.s.store
         logs: dict[str, str] = {}
+        if self.started_beside and not self.touched:
+            self._record(Progressed(phase=Phase.BESIDE))  # blue/green: the old ranks take the traffic back
+            if self.s.routes is not None:
+                await self.s.routes.settle()
+            logs = (await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)).logs
         if self.touched:
             step_id = store.step_started(self.run, lp.lane, lp.commit, 1000, "preempt", {"by": by})
             logs = (await put_back(self.s.ops, lp, None, self.health, self.s.config.log_tail)).logs

@@ -45,6 +45,13 @@ _WORKER_ID = re.compile(r"^[0-9a-fA-F-]{1,64}$")
 """SMG's worker ids are UUIDs (WorkerService::parse_worker_id); anything else never reaches a URL path."""
 
 
+HOLDING_RESILIENCE = {"disable_retry": True, "retryable_status_codes": []}
+"""A holding worker's overrides (`WorkerSpec.resilience`, SMG's `ResilienceUpdate`): no retries of its 503, and
+no status counted for its circuit breaker, so each client gets the holding answer with its Retry-After once.
+Checked against the 1.13.0 binary: with the defaults SMG sent each request 3-4 times and, its breaker open
+after ten, answered `Retry-After: 1` itself; `disable_circuit_breaker` there did not keep the breaker shut."""
+
+
 class SmgRouter:
     """SMG's control plane at `base_url` (http://127.0.0.1:30000), authenticated with its admin `key`."""
 
@@ -65,8 +72,11 @@ class SmgRouter:
             raise RouterError(f"SMG GET /workers answered {status}: {_said(body)}")
         return parse_workers(_json(body, "GET /workers"))
 
-    async def add_worker(self, url: str, model: str) -> None:
-        status, body = await self._call("POST", "/workers", {"url": url, "models": [{"id": model}]})
+    async def add_worker(self, url: str, model: str, *, holding: bool = False) -> None:
+        payload: dict[str, Any] = {"url": url, "models": [{"id": model}]}
+        if holding:
+            payload["resilience"] = HOLDING_RESILIENCE
+        status, body = await self._call("POST", "/workers", payload)
         if status == 409:
             return  # held already (a concurrent pass registered it): what was wanted
         if status not in (200, 201, 202):

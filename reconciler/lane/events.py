@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from reconciler.lane.state import Phase, Serving, TxKind, Wanted
+from reconciler.lane.state import Gate, Phase, Serving, TxKind, Wanted
 
 
 class Seen(StrEnum):
@@ -58,6 +58,8 @@ class Progressed(Event):
 
     phase: Phase
     deadline: float | None = None
+    candidate: Gate | None = None
+    """WATCHING: where the new spec passed its gate (blue/green), the route the gateway takes meanwhile."""
 
 
 @dataclass(frozen=True, kw_only=True)

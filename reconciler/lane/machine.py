@@ -114,7 +114,8 @@ def transition(state: LaneState, event: Event, now: float) -> Step:
         case Progressed():
             if base.transaction is None:
                 return base, ()  # nothing in flight: a late report changes nothing
-            return replace(base, transaction=replace(base.transaction, phase=event.phase, deadline=event.deadline)), ()
+            moved = replace(base.transaction, phase=event.phase, deadline=event.deadline, candidate=event.candidate)
+            return replace(base, transaction=moved), ()
         case GatePassed():
             return _gate_passed(base, event)
         case StepFailed():

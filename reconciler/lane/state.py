@@ -175,6 +175,13 @@ class Phase(StrEnum):
     STARTING = "starting"
     GATING = "gating"
     """Waiting for readiness, until the transaction's deadline: a safe point to end it."""
+    DRAINING = "draining"
+    """Out of the gateway's route before its ranks stop: requests in flight finish (bounded), none are sent."""
+    BESIDE = "beside"
+    """Blue/green: the new spec's ranks start and are gated on other hosts while the old ranks serve untouched."""
+    WATCHING = "watching"
+    """Blue/green: the new spec passed its gate and takes the traffic (`Transaction.candidate`); the old ranks
+    still run, so a failed watch window moves the traffic back at once, until the window passes."""
     RESTORING = "restoring"
     """The transaction failed after touching ranks: the last healthy spec is being put back."""
 
@@ -194,6 +201,8 @@ class Transaction:
     before: LaneHealth | None = None
     """The lane's health before the transaction began: its endings that touched nothing resolve from it (the
     transaction's own "progressing" says nothing of what serves)."""
+    candidate: Gate | None = None
+    """Blue/green, once WATCHING: where the new spec passed its gate, which the gateway routes to meanwhile."""
 
     @property
     def touched(self) -> bool:
@@ -224,6 +233,32 @@ class LaneState:
     swap_undone: str | None = None
     """This lane's last failure undid a swap (it did not take the hosts another lane gave it): what was undone,
     said for people. Cleared when the lane starts a new transaction."""
+
+    def route(self) -> Gate | None:
+        """Where the gateway should send this lane's traffic now, or None: nowhere.
+
+        A lane routes to the spec that last passed its gate while that spec serves and nothing in flight has
+        touched its ranks: before a change (preparing), while a blue/green change starts and gates the new spec
+        beside it, and after a failed change that stopped nothing (degraded, the old spec serving). While a
+        blue/green change is watched, traffic goes to the new spec's gate. Draining, stopping, starting, gating
+        in place and restoring route nowhere.
+        """
+        healthy, op = self.healthy, self.transaction
+        if self.wanted.desired != "running" or healthy is None or healthy.gate is None:
+            return None
+        if op is not None and op.phase == Phase.WATCHING:
+            return op.candidate
+        if op is not None and op.phase not in (Phase.PREPARING, Phase.BESIDE):
+            return None
+        health = op.before if op is not None and op.before is not None else self.health
+        if self.serving is None or self.serving != healthy.fingerprint:
+            return None
+        if health is LaneHealth.HEALTHY:
+            return healthy.gate
+        failure = self.hold.under if isinstance(self.hold, SuspendedBy) else self.hold
+        if health is LaneHealth.DEGRADED and isinstance(failure, FAILURE_HOLDS) and failure.fingerprint != self.serving:
+            return healthy.gate  # the desired spec failed and nothing was stopped: the spec that passed serves on
+        return None
 
     @property
     def condemned(self) -> str | None:

@@ -31,6 +31,7 @@ from reconciler.plan.lanediff import (
     runs_desired,
 )
 from reconciler.plan.repair import repair_serving
+from reconciler.plan.rollout import plan_rollouts
 from reconciler.plan.steps import (
     AcquireLeases,
     Cause,
@@ -81,6 +82,9 @@ class PlanOptions:
     """The instant change windows are judged at (epoch seconds); None takes `clock`."""
     window_override: bool = False
     """A person asked for now (`lanes apply --now`, a commit's `Lanes-Change-Window: now`): no change waits."""
+    away: Mapping[str, float] = field(default_factory=dict)
+    """Each lane's last measured start, to a first token (seconds): how long an in-place change keeps its model
+    away (`reconciler.plan.rollout`)."""
 
 
 def plan_fleet(
@@ -96,6 +100,7 @@ def plan_fleet(
     # same hosts go as one swap; stops first, then `after:` order.
     lane_plans = hold_failed_swaps(lane_plans, k.swapped)
     lane_plans, swaps = find_swaps(lane_plans, k.stopped, k.ready)
+    lane_plans = plan_rollouts(lane_plans, desired.fleet.gateway, observed, opts.lanes, swaps, opts.away)
     lane_plans = order_after(lane_plans, desired.lanes)
     return Plan(commit=desired.commit, lanes=tuple(lane_plans), swaps=swaps)
 

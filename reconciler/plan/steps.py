@@ -55,6 +55,37 @@ class Cause(StrEnum):
     gated where it passed its gate before; never the held one."""
 
 
+class RolloutKind(StrEnum):
+    """How a routed lane's change reaches its clients."""
+
+    BLUE_GREEN = "blue-green"
+    """The new spec starts on other, free Sparks; the route moves once it passed its gate; the old ranks stop
+    after a watch window."""
+    REPLICA = "one-replica-at-a-time"
+    """Another lane serves the model meanwhile: this one is drained, swapped, gated and routed again."""
+    IN_PLACE = "in-place"
+    """Nothing else can serve the model: the gateway answers 503 with Retry-After while the engine loads."""
+
+
+@dataclass(frozen=True)
+class Rollout:
+    kind: RolloutKind
+    model: str
+    why: str
+    away_s: float | None = None
+    """In place: how long the model is expected to be away (the lane's last measured start); None: unknown."""
+
+    def describe(self) -> str:
+        text = f"{self.kind.value} for {self.model}: {self.why}"
+        if self.kind is RolloutKind.IN_PLACE:
+            away = f"about {self.away_s:.0f} s" if self.away_s is not None else "for one engine load (never measured)"
+            text += f"; the model is away {away}, answered 503 with Retry-After meanwhile"
+        return text
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind.value, "model": self.model, "why": self.why, "away_s": self.away_s}
+
+
 class DriftKind(StrEnum):
     """How one rank on one host differs from the desired spec."""
 
@@ -230,6 +261,46 @@ class WaitReady:
         return f"wait until {self.served_model} answers on {self.host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class Drain:
+    """Take the lane out of its model's route and wait, up to `timeout_s`, until its requests in flight end."""
+
+    model: str
+    host: str
+    port: int
+    timeout_s: float
+    kind: str = "drain"
+
+    def describe(self) -> str:
+        where = f"{self.host}:{self.port}"
+        return f"take {where} out of {self.model}'s route; wait up to {self.timeout_s:g} s for its requests"
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Blue/green: the new head takes the model's traffic for `window_s`, while the old ranks still run; more
+    than `max_error_rate` of its requests failing (once `min_requests` were seen) sends the traffic back."""
+
+    model: str
+    host: str
+    port: int
+    window_s: float
+    max_error_rate: float
+    min_requests: int
+    served_model: str = ""
+    drain_s: float = 60.0
+    """An abort drains the new head this long at most before its ranks stop (the gateway's figures)."""
+    max_ttft_s: float | None = None
+    """The longest a first token of the new engine may take in the window (asked of it directly); None: not judged."""
+    kind: str = "watch"
+
+    def describe(self) -> str:
+        return (
+            f"route {self.model} to {self.host}:{self.port} and watch it {self.window_s:g} s "
+            f"(back to the old lane if over {self.max_error_rate:.0%} of its requests fail)"
+        )
+
+
 Step = (
     AcquireLeases
     | PullImages
@@ -240,6 +311,8 @@ Step = (
     | WaitGpuFree
     | StartRanks
     | WaitReady
+    | Drain
+    | Watch
     | RemoveEnvFiles
 )
 
@@ -275,6 +348,8 @@ class LanePlan:
     """A change held by a change window: when the earliest of the lane's windows opens (epoch seconds)."""
     after: tuple[str, ...] = ()
     """Lanes of this plan that change and that this lane is applied after (its file's `after:`)."""
+    rollout: Rollout | None = None
+    """How a change of a lane the gateway routes reaches its clients (reconciler.plan.rollout), said in the plan."""
     per_host: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     """Each rank's own values (its file's `host_env`, engines/hostfacts.py), host by host in rank order, as
     `lanes plan` shows them: (host, ((variable, value), ...))."""

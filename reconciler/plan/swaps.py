@@ -140,7 +140,8 @@ def order_after(lane_plans: Sequence[LanePlan], lanes: Mapping[str, Lane]) -> li
     with_after = []
     for lp in lane_plans:
         lane = lanes.get(lp.lane)
-        deps = tuple(d for d in (lane.after if lane else ()) if d in changing and d != lp.lane)
+        named = (*lp.after, *(lane.after if lane else ()))  # the rollout's own order first (one replica at a time)
+        deps = tuple(d for d in dict.fromkeys(named) if d in changing and d != lp.lane)
         with_after.append(replace(lp, after=deps) if lp.changes and deps else lp)
     by_name = {lp.lane: lp for lp in with_after}
     depth: dict[str, int] = {}

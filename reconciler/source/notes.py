@@ -58,6 +58,10 @@ def verdict_lines(verdict: Mapping[str, Any]) -> list[str]:
             health = entry.get("health") or "healthy"
             total = timings.get("total")
             tail = f"{health} in {float(total):.1f} s" if total is not None else str(health)
+            if timings.get("watch_requests") is not None:
+                # Blue/green: promoted, with the figures of the watch window that decided it.
+                seen, failed = int(timings["watch_requests"]), int(timings.get("watch_failures") or 0)
+                tail += f"; promoted after its watch window ({seen} requests, {failed} failed)"
             lines.append(f"lanes: applied {lane}: {tail}")
         elif result == "blocked" and entry.get("held_until"):
             lines.append(f"lanes: held {lane} until {entry['held_until']} (change window): {error or 'waiting'}")

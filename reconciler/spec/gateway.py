@@ -20,6 +20,48 @@ SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$"
 and SMG's /workers payloads, so no spaces, quotes or control characters."""
 
 
+class Analysis(StrictModel):
+    """What a rollout through the gateway watches, and what fails it (thresholds for every lane, or for one).
+
+    The defaults follow Argo Rollouts' and Flagger's shapes (a window, a failure threshold on an error rate, a
+    bound on how long a step may take), sized for engines that answer in seconds, not for web services."""
+
+    watch_s: float = Field(
+        default=120.0,
+        ge=0,
+        le=3600,
+        description="blue/green: seconds the new lane takes the traffic while the old lane still runs (0: none)",
+    )
+    max_error_rate: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="the largest share of the new lane's requests that may fail in the watch window (the gateway's "
+        "circuit-breaker outcomes for its worker) before the traffic goes back to the old lane",
+    )
+    min_requests: int = Field(
+        default=1,
+        ge=0,
+        le=1_000_000,
+        description="requests the window must see before its error rate decides (fewer: the engine's own health "
+        "check alone decides)",
+    )
+    max_ttft_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=600,
+        description="the longest a first token of the new lane may take in the watch window, asked of its engine "
+        "each look (unset: not judged)",
+    )
+    drain_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="the longest a lane taken out of its route waits for its requests in flight to finish "
+        "before its ranks stop",
+    )
+
+
 class Gateway(StrictModel):
     """The gateway's listener and the served model names it routes, each to the lanes that serve it."""
 
@@ -35,6 +77,12 @@ class Gateway(StrictModel):
         default_factory=dict,
         description="served model name -> the lanes that serve it (several: replicas); each lane's served name "
         "must be this name, and a lane is listed under one model at most",
+    )
+    analysis: Analysis = Field(
+        default_factory=Analysis, description="rollout thresholds for every routed lane (reconciler.plan.rollout)"
+    )
+    lanes: dict[Name, Analysis] = Field(
+        default_factory=dict, description="a lane's own rollout thresholds, in place of `analysis` (whole)"
     )
 
     @field_validator("host")
@@ -66,6 +114,10 @@ class Gateway(StrictModel):
                     raise ValueError(f"lane {lane!r} is listed under {name!r} {where}; a lane serves one model")
                 seen[lane] = name
         return models
+
+    def analysis_of(self, lane: str) -> Analysis:
+        """The thresholds a rollout of `lane` is judged by: its own, else the gateway's."""
+        return self.lanes.get(lane, self.analysis)
 
     def model_of(self, lane: str) -> str | None:
         """The served model name `lane` is listed under, or None."""

@@ -208,6 +208,16 @@ def _check_gateway(
                 line=parse_yaml(fleet_path, files[fleet_path]).line(("gateway", "models", model, index)),
                 field=f"gateway.models.{model}[{index}]",
             )
+    routed = {name for names in fleet.gateway.models.values() for name in names}
+    for name in fleet.gateway.lanes:
+        if name not in routed:
+            # Thresholds for a lane the gateway does not route would never be read: a typo, said at once.
+            raise InputError(
+                f"gateway lanes '{name}': not a lane of gateway.models (its thresholds would never be used)",
+                file=fleet_path,
+                line=parse_yaml(fleet_path, files[fleet_path]).line(("gateway", "lanes", name)),
+                field=f"gateway.lanes.{name}",
+            )
 
 
 def _load_manifests(

@@ -25,6 +25,7 @@ TYPED_LANE_COLUMNS = (
     "tx_started",
     "tx_deadline",
     "tx_before",
+    "tx_candidate",
     "error_engine",
     "error_at",
 )
@@ -80,6 +81,7 @@ ADDED_LANE_COLUMNS: dict[str, type] = {
     "tx_started": float,
     "tx_deadline": float,
     "tx_before": str,
+    "tx_candidate": str,
     "error_engine": str,
     "error_at": float,
 }
@@ -141,6 +143,8 @@ class LaneRecord:
     tx_started: float | None = None
     tx_deadline: float | None = None
     tx_before: str | None = None
+    tx_candidate: str | None = None
+    """Blue/green's new head while it is watched, as `host port served_model` (JSON)."""
     error_engine: str | None = None
     """The engine's own words beside `last_error`, when an engine spoke."""
     error_at: float | None = None

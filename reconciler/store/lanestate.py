@@ -9,6 +9,7 @@ NULL) is read from the older columns alone: a journal from before the typed stat
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from reconciler.lane import (
@@ -94,8 +95,30 @@ def _transaction(rec: LaneRecord) -> Transaction | None:
     except ValueError:
         return None
     return Transaction(
-        kind, rec.tx_fingerprint, rec.tx_commit, phase, rec.tx_started or 0.0, rec.tx_deadline, _health(rec.tx_before)
+        kind,
+        rec.tx_fingerprint,
+        rec.tx_commit,
+        phase,
+        rec.tx_started or 0.0,
+        rec.tx_deadline,
+        _health(rec.tx_before),
+        _gate(rec.tx_candidate),
     )
+
+
+def _gate(text: str | None) -> Gate | None:
+    """A candidate gate as `fields_from_state` wrote it (JSON); anything unreadable is no candidate."""
+    if not text:
+        return None
+    try:
+        where = json.loads(text)
+        return Gate(str(where["host"]), int(where["port"]), str(where["served_model"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _gate_json(gate: Gate) -> str:
+    return json.dumps({"host": gate.host, "port": gate.port, "served_model": gate.served_model})
 
 
 def state_from_record(rec: LaneRecord | None) -> LaneState:
@@ -152,6 +175,7 @@ def fields_from_state(state: LaneState) -> dict[str, Any]:
         "tx_started": op.started if op else None,
         "tx_deadline": op.deadline if op else None,
         "tx_before": op.before.value if op and op.before else None,
+        "tx_candidate": _gate_json(op.candidate) if op is not None and op.candidate is not None else None,
         "last_error": error.message if error else None,
         "error_engine": error.engine if error else None,
         "error_at": error.at if error else None,
@@ -162,3 +186,15 @@ def fields_from_state(state: LaneState) -> dict[str, Any]:
 def lane_states(store: Store) -> dict[str, LaneState]:
     """Every lane's state, as the planner takes them."""
     return {rec.name: state_from_record(rec) for rec in store.lanes()}
+
+
+def last_start_s(rec: LaneRecord | None) -> float | None:
+    """Seconds the lane's last start took to a first token (else to its gate): what a restart costs its clients."""
+    timings = rec.timings if rec is not None else {}
+    value = timings.get("to_token", timings.get("total")) if timings else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def last_starts(store: Store) -> dict[str, float]:
+    """Every lane's last measured start (`last_start_s`), for the lanes that have one."""
+    return {rec.name: s for rec in store.lanes() if (s := last_start_s(rec)) is not None}

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from reconciler.gateway.router import RouteChanges, Worker, reconcile
-from reconciler.gateway.routes import desired_routes, routable, worker_url
-from reconciler.lane import Gate, LaneHealth, LaneState, Phase, Serving, Transaction, TxKind, Wanted
+from reconciler.gateway.routes import away_models, desired_routes, routable, worker_url
+from reconciler.lane import Condemned, Gate, LaneHealth, LaneState, Phase, Serving, Transaction, TxKind, Wanted
 from reconciler.spec.fleet import FleetDefaults, Host
 from reconciler.spec.gateway import Gateway
 
@@ -89,7 +89,7 @@ class FakeRouter:
     async def list_workers(self) -> list[Worker]:
         return list(self.workers.values())
 
-    async def add_worker(self, url: str, model: str) -> None:
+    async def add_worker(self, url: str, model: str, *, holding: bool = False) -> None:
         assert all(w.url != url for w in self.workers.values()), "SMG refuses a URL it holds (409)"
         self._n += 1
         ident = f"00000000-0000-0000-0000-{self._n:012d}"
@@ -135,3 +135,80 @@ async def test_reconcile_after_a_restart_puts_every_route_back() -> None:
     await reconcile(router, routes)
     router.workers.clear()  # the gateway restarted: it forgot every worker
     assert len((await reconcile(router, routes)).added) == 2
+
+
+def _tx(phase: Phase, candidate: Gate | None = None, started: float = 100.0) -> Transaction:
+    return Transaction(TxKind.DEPLOY, "f2", "c2", phase, started, None, before=LaneHealth.HEALTHY, candidate=candidate)
+
+
+def test_blue_green_routes_the_old_ranks_beside_and_the_new_head_while_watched() -> None:
+    new = Gate("dgx2", 8000, "qwen")
+    beside = replace(healthy("dgx1"), health=LaneHealth.PROGRESSING, transaction=_tx(Phase.BESIDE))
+    watching = replace(beside, transaction=_tx(Phase.WATCHING, new))
+    draining = replace(beside, transaction=_tx(Phase.DRAINING))
+    assert desired_routes(FLEET, HOSTS, {"qwen-a": beside})["qwen"] == {"http://10.0.0.1:8000"}
+    assert desired_routes(FLEET, HOSTS, {"qwen-a": watching})["qwen"] == {"http://10.0.0.2:8000"}
+    assert desired_routes(FLEET, HOSTS, {"qwen-a": draining})["qwen"] == frozenset()
+
+
+def test_a_failed_change_that_stopped_nothing_keeps_the_old_spec_routed() -> None:
+    kept = replace(healthy("dgx1"), health=LaneHealth.DEGRADED, hold=Condemned("f2"))
+    assert desired_routes(FLEET, HOSTS, {"qwen-a": kept})["qwen"] == {"http://10.0.0.1:8000"}
+    # Degraded for another reason (its engine stopped answering, nothing failed): no route.
+    assert not routable(replace(kept, hold=None))
+    # The failed spec is the one that serves (a restore that did not happen): no route.
+    assert not routable(replace(kept, hold=Condemned("f1")))
+
+
+def test_a_model_whose_lanes_change_in_place_is_away_until_its_last_measured_start() -> None:
+    loading = replace(healthy("dgx1"), health=LaneHealth.PROGRESSING, transaction=_tx(Phase.STARTING, started=100.0))
+    other = replace(healthy("dgx5", 8001), health=LaneHealth.STOPPED, wanted=Wanted(desired="stopped"))
+    states = {"qwen-a": loading, "qwen-b": other}
+    assert away_models(FLEET, states, {"qwen-a": 500.0}, now=200.0) == {"qwen": 600.0}
+    assert away_models(FLEET, states, {}, now=200.0) == {"qwen": 260.0}  # never measured: a minute from now
+    # Another replica still routes: the model is not away.
+    assert away_models(FLEET, {**states, "qwen-b": healthy("dgx5", 8001)}, {}, now=200.0) == {}
+    # Nothing in flight brings it back (stopped, failed): not away but gone, as before.
+    assert away_models(FLEET, {"qwen-a": replace(loading, transaction=None)}, {}, now=200.0) == {}
+
+
+class PendingRouter(FakeRouter):
+    """A new worker is `pending` for two listings, as SMG's is until its health checks pass."""
+
+    async def list_workers(self) -> list[Worker]:
+        for ident, w in list(self.workers.items()):
+            if w.status.startswith("pending"):
+                left = int(w.status.removeprefix("pending") or 0)
+                self.workers[ident] = replace(w, status="ready" if left <= 1 else f"pending{left - 1}")
+        self.calls.append("list " + ",".join(f"{w.url}={w.status}" for w in self.workers.values()))
+        return list(self.workers.values())
+
+    async def add_worker(self, url: str, model: str, *, holding: bool = False) -> None:
+        await super().add_worker(url, model, holding=holding)
+        ident = next(i for i, w in self.workers.items() if w.url == url)
+        self.workers[ident] = replace(self.workers[ident], status="pending3")
+
+
+async def test_reconcile_adds_the_new_worker_and_lets_the_old_go_once_it_is_ready() -> None:
+    router = PendingRouter()
+    await FakeRouter.add_worker(router, "http://old:1", "qwen")
+    changes = await reconcile(router, {"qwen": frozenset({"http://new:1"})}, look_s=0)
+    assert changes.added == (("http://new:1", "qwen"),) and changes.removed == (("http://old:1", "qwen"),)
+    removed_at = router.calls.index("remove http://old:1")
+    # The old worker goes only after a listing shows the new one ready: the model is never without a worker.
+    assert any("http://new:1=ready" in c for c in router.calls[:removed_at])
+    assert router.calls.index("add http://new:1 qwen") < removed_at
+
+
+async def test_a_model_whose_new_url_still_drains_elsewhere_keeps_its_old_worker_until_it_can_move() -> None:
+    # Blue/green onto the Sparks another model's lane just left: its URL is still draining in the gateway.
+    router = FakeRouter()
+    await router.add_worker("http://old:1", "qwen")
+    await router.add_worker("http://new:1", "glm")
+    await router.remove_worker(next(w for w in router.workers.values() if w.url == "http://new:1"))
+    routes = {"qwen": frozenset({"http://new:1"}), "glm": frozenset()}
+    changes = await reconcile(router, routes)
+    assert changes.waiting == ("http://new:1",) and changes.removed == ()  # qwen keeps http://old:1 meanwhile
+    router.settle()
+    again = await reconcile(router, routes)
+    assert again.added == (("http://new:1", "qwen"),) and again.removed == (("http://old:1", "qwen"),)

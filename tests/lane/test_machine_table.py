@@ -84,6 +84,15 @@ STATES: dict[str, LaneState] = {
     "starting": LaneState(health=LaneHealth.PROGRESSING, healthy=OLD, transaction=_tx(TxKind.DEPLOY, Phase.STARTING)),
     "gating": LaneState(health=LaneHealth.PROGRESSING, healthy=OLD, transaction=_tx(TxKind.DEPLOY, Phase.GATING)),
     "verifying": LaneState(health=LaneHealth.PROGRESSING, transaction=_tx(TxKind.VERIFY, Phase.GATING, None)),
+    "draining": LaneState(
+        health=LaneHealth.PROGRESSING, serving="old", healthy=OLD, transaction=_tx(TxKind.DEPLOY, Phase.DRAINING)
+    ),
+    "beside": LaneState(
+        health=LaneHealth.PROGRESSING, serving="old", healthy=OLD, transaction=_tx(TxKind.DEPLOY, Phase.BESIDE)
+    ),
+    "watching": LaneState(
+        health=LaneHealth.PROGRESSING, serving="old", healthy=OLD, transaction=_tx(TxKind.DEPLOY, Phase.WATCHING)
+    ),
     "restoring": LaneState(
         health=LaneHealth.PROGRESSING, healthy=OLD, transaction=_tx(TxKind.RESTORE, Phase.RESTORING)
     ),
@@ -405,6 +414,93 @@ verifying       retried                | progressing - gating - -
 verifying       stopped                | stopped - - - -
 verifying       swap-undone            | progressing - gating - -
 verifying       internal               | blocked - - - -
+draining        observed-ready         | progressing - draining old -
+draining        observed-not-answering | progressing - draining old -
+draining        observed-nothing-runs  | progressing - draining old -
+draining        observed-unreachable   | progressing - draining old -
+draining        started-new            | progressing - preparing old -
+draining        started-other          | progressing - preparing old -
+draining        started-restore        | progressing - preparing old -
+draining        progressed-gating      | progressing - gating old -
+draining        gate-passed-new        | healthy - - new say:rolled-out
+draining        gate-passed-old        | healthy - - old say:rolled-out
+draining        failed-untouched       | degraded condemned:new#0 - old say:kept
+draining        failed-touched         | progressing condemned:new#0 restoring - restore
+draining        failed-transient       | degraded backoff:new@1030#1 - old say:kept
+draining        restored               | degraded - - old say:rolled-back
+draining        restore-failed         | failed - - - say:dark
+draining        blocked-lease          | healthy leased:lanes@other@1002#1 - old -
+draining        blocked-window         | healthy window@3600 - old -
+draining        interrupted-touched    | progressing - - - restore-nowait
+draining        interrupted-untouched  | healthy - - old -
+draining        preempted-touched      | progressing - - - stop-new
+draining        preempted-untouched    | healthy - - old -
+draining        denied                 | denied - - old -
+draining        plan-failed            | degraded - - old -
+draining        suspended-bob          | progressing suspended:bob(-) draining old -
+draining        resumed                | progressing - draining old -
+draining        retried                | progressing - draining old -
+draining        stopped                | stopped - - - -
+draining        swap-undone            | progressing - draining old -
+draining        internal               | healthy - - old -
+beside          observed-ready         | progressing - beside old -
+beside          observed-not-answering | progressing - beside old -
+beside          observed-nothing-runs  | progressing - beside old -
+beside          observed-unreachable   | progressing - beside old -
+beside          started-new            | progressing - preparing old -
+beside          started-other          | progressing - preparing old -
+beside          started-restore        | progressing - preparing old -
+beside          progressed-gating      | progressing - gating old -
+beside          gate-passed-new        | healthy - - new say:rolled-out
+beside          gate-passed-old        | healthy - - old say:rolled-out
+beside          failed-untouched       | degraded condemned:new#0 - old say:kept
+beside          failed-touched         | progressing condemned:new#0 restoring - restore
+beside          failed-transient       | degraded backoff:new@1030#1 - old say:kept
+beside          restored               | degraded - - old say:rolled-back
+beside          restore-failed         | failed - - - say:dark
+beside          blocked-lease          | healthy leased:lanes@other@1002#1 - old -
+beside          blocked-window         | healthy window@3600 - old -
+beside          interrupted-touched    | progressing - - - restore-nowait
+beside          interrupted-untouched  | healthy - - old -
+beside          preempted-touched      | progressing - - - stop-new
+beside          preempted-untouched    | healthy - - old -
+beside          denied                 | denied - - old -
+beside          plan-failed            | degraded - - old -
+beside          suspended-bob          | progressing suspended:bob(-) beside old -
+beside          resumed                | progressing - beside old -
+beside          retried                | progressing - beside old -
+beside          stopped                | stopped - - - -
+beside          swap-undone            | progressing - beside old -
+beside          internal               | healthy - - old -
+watching        observed-ready         | progressing - watching old -
+watching        observed-not-answering | progressing - watching old -
+watching        observed-nothing-runs  | progressing - watching old -
+watching        observed-unreachable   | progressing - watching old -
+watching        started-new            | progressing - preparing old -
+watching        started-other          | progressing - preparing old -
+watching        started-restore        | progressing - preparing old -
+watching        progressed-gating      | progressing - gating old -
+watching        gate-passed-new        | healthy - - new say:rolled-out
+watching        gate-passed-old        | healthy - - old say:rolled-out
+watching        failed-untouched       | degraded condemned:new#0 - old say:kept
+watching        failed-touched         | progressing condemned:new#0 restoring - restore
+watching        failed-transient       | degraded backoff:new@1030#1 - old say:kept
+watching        restored               | degraded - - old say:rolled-back
+watching        restore-failed         | failed - - - say:dark
+watching        blocked-lease          | healthy leased:lanes@other@1002#1 - old -
+watching        blocked-window         | healthy window@3600 - old -
+watching        interrupted-touched    | progressing - - - restore-nowait
+watching        interrupted-untouched  | healthy - - old -
+watching        preempted-touched      | progressing - - - stop-new
+watching        preempted-untouched    | healthy - - old -
+watching        denied                 | denied - - old -
+watching        plan-failed            | degraded - - old -
+watching        suspended-bob          | progressing suspended:bob(-) watching old -
+watching        resumed                | progressing - watching old -
+watching        retried                | progressing - watching old -
+watching        stopped                | stopped - - - -
+watching        swap-undone            | progressing - watching old -
+watching        internal               | healthy - - old -
 restoring       observed-ready         | progressing - restoring - -
 restoring       observed-not-answering | progressing - restoring - -
 restoring       observed-nothing-runs  | progressing - restoring - -
