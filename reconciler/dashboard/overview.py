@@ -252,18 +252,26 @@ def gateway_panel(snap: Snapshot) -> str:
     last = snap.gateway
     routes: Mapping[str, Any] = last.get("routes") or {}
     models = list(gateway.models) if gateway is not None else sorted(routes)
+    away: Mapping[str, Any] = last.get("away") or {}
+    phases = {row["name"]: row.get("phase") for row in snap.rows}
     rows = []
     for model in models:
         lanes = gateway.models[model] if gateway is not None else ()
         workers = routes.get(model) or []
+        shown = " ".join(f"<code>{e(url)}</code>" for url in workers) or '<span class="bad">no worker</span>'
+        if model in away:
+            shown = f'<span class="warn">away, back in about {float(away[model]):.0f} s</span> (503 with Retry-After)'
+        rollout = " ".join(f"{e(lane)}: {e(phases[lane])}" for lane in lanes if phases.get(lane)) or "-"
         rows.append(
             [
                 f"<code>{e(model)}</code>",
                 " ".join(f'<a href="{e(lane_href(lane))}">{e(lane)}</a>' for lane in lanes),
-                " ".join(f"<code>{e(url)}</code>" for url in workers) or '<span class="bad">no worker</span>',
+                shown,
+                rollout,
             ]
         )
     said = f"last pass {e(instant_text(last['at']))}" if last.get("at") else "no pass yet"
     if last.get("error"):
         said += f' · <span class="bad">{e(last["error"])}</span>'
-    return f'<p class="dim">{said}</p>' + table(["model", "lanes", "workers"], rows, label="gateway routes")
+    header = ["model", "lanes", "workers", "in flight"]
+    return f'<p class="dim">{said}</p>' + table(header, rows, label="gateway routes")

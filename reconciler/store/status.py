@@ -114,6 +114,7 @@ def status_rows(store: Store, desired: DesiredState | None) -> list[dict[str, An
                 "never_applied": rec is None
                 or (rec.hold == "suspended" and rec.applied_commit is None and rec.desired_commit is None),
                 "timings": rec.timings if rec else {},
+                "phase": rec.tx_phase if rec else None,  # in flight: a rollout's draining, beside, watching
                 "evidence": rec.evidence if rec else {},
                 "updated": rec.updated if rec else None,
                 "drift": rec.drift if rec else None,

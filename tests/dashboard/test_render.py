@@ -209,13 +209,17 @@ def test_the_gateway_panel_shows_each_models_lanes_and_workers() -> None:
     desired = example_state()
     last = {
         "at": 100.0,
-        "routes": {"deepseek-v4.1-flash": ["http://10.0.0.1:30000"], "deepseek-v4-flash": []},
+        "routes": {"deepseek-v4.1-flash": ["http://10.0.0.1:30000"], "deepseek-v4-flash": [], "glm-5.3": ["h"]},
+        "away": {"glm-5.3": 312.4},
         "error": "<SMG> said no",
     }
-    html = gateway_panel(Snapshot("idle", "me", None, [], desired=desired, gateway=last))
+    lanes = [{"name": PRODUCTION, "phase": "watching"}, {"name": EUGR, "phase": None}]
+    html = gateway_panel(Snapshot("idle", "me", None, lanes, desired=desired, gateway=last))
     rows = {cells[0]: cells[1:] for cells in parse(html).rows()}
-    assert rows["deepseek-v4.1-flash"] == [PRODUCTION, "http://10.0.0.1:30000"]
-    assert rows["deepseek-v4-flash"] == [EUGR, "no worker"]
+    assert rows["deepseek-v4.1-flash"] == [PRODUCTION, "http://10.0.0.1:30000", f"{PRODUCTION}: watching"]
+    assert rows["deepseek-v4-flash"] == [EUGR, "no worker", "-"]
+    # A model whose lanes change in place: the holding answer's route, said as what clients get.
+    assert rows["glm-5.3"][1] == "away, back in about 312 s (503 with Retry-After)"
     assert desired.fleet.gateway is not None and set(rows) == set(desired.fleet.gateway.models)
     assert "1970-01-01T00:01:40Z" in html and "&lt;SMG&gt; said no" in html
     off = gateway_panel(Snapshot("idle", "me", None, [], desired=desired))

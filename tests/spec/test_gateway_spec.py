@@ -59,8 +59,27 @@ def test_defaults_are_loopback_and_smgs_ports() -> None:
         ),
         ("gateway:\n  models:\n    deepseek-v4-flash: []\n", "gateway.models", "models:", "no lane"),
         ("gateway:\n  listen: 0.0.0.0\n", "gateway.listen", "listen:", None),
+        (
+            f"gateway:\n  models:\n    deepseek-v4.1-flash: [{PRODUCTION}]\n  lanes:\n    typo-lane: {{watch_s: 5}}\n",
+            "gateway.lanes.typo-lane",
+            "typo-lane:",
+            "not a lane of gateway.models",
+        ),
+        ("gateway:\n  analysis:\n    max_error_rate: 2\n", "gateway.analysis.max_error_rate", "max_error_rate:", None),
+        ("gateway:\n  analysis:\n    watch: 5\n", "gateway.analysis.watch", "watch:", None),
     ],
-    ids=["unknown-lane", "other-served-name", "host-name", "port", "lane-twice", "no-lane", "unknown-key"],
+    ids=[
+        "unknown-lane",
+        "other-served-name",
+        "host-name",
+        "port",
+        "lane-twice",
+        "no-lane",
+        "unknown-key",
+        "thresholds-for-an-unrouted-lane",
+        "error-rate-over-one",
+        "unknown-threshold",
+    ],
 )
 def test_errors_name_the_file_line_and_field(section: str, field: str, line_has: str, words: str | None) -> None:
     files = with_gateway(section)
