@@ -213,7 +213,7 @@ def test_the_gateway_panel_shows_each_models_lanes_and_workers() -> None:
         "away": {"glm-5.3": 312.4},
         "error": "<SMG> said no",
     }
-    lanes = [{"name": PRODUCTION, "phase": "watching"}, {"name": EUGR, "phase": None}]
+    lanes: list[dict[str, Any]] = [{"name": PRODUCTION, "phase": "watching"}, {"name": EUGR, "phase": None}]
     html = gateway_panel(Snapshot("idle", "me", None, lanes, desired=desired, gateway=last))
     rows = {cells[0]: cells[1:] for cells in parse(html).rows()}
     assert rows["deepseek-v4.1-flash"] == [PRODUCTION, "http://10.0.0.1:30000", f"{PRODUCTION}: watching"]
