@@ -98,6 +98,8 @@ async def watch(
                 if ttft is None or ttft > step.max_ttft_s:
                     took = "no token" if ttft is None else f"a first token after {ttft:.2f} s"
                     raise _failed(f"in the watch window, {took} (at most {step.max_ttft_s:g} s allowed)")
+            if routes is not None and start is not None:
+                start = await _rebased(routes, url, start)
             seen = await _window(routes, url, start, step) or seen
             if clock() >= deadline:
                 break
@@ -106,6 +108,14 @@ async def watch(
         said = f"{seen.successes + seen.failures} requests in the window, {seen.failures} failed"
         progress(ProgressEvent(lane, step.kind, "info", said))
     return seen
+
+
+async def _rebased(routes: RouteControl, url: str, start: WorkerFigures) -> WorkerFigures:
+    """The window's starting figures, taken again when the gateway's counters went back (it restarted)."""
+    now = await routes.figures(url)
+    if now is not None and (now.successes < start.successes or now.failures < start.failures):
+        return WorkerFigures(0, 0, 0)  # a restarted gateway counts from zero: the window counts from there
+    return start
 
 
 async def _window(

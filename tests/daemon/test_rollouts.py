@@ -15,22 +15,17 @@ few tens of milliseconds during each change (bounded in count), and every answer
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import itertools
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from reconciler.source.loadcommit import load_commit
 from reconciler.source.notes import read_note
-from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PRODUCTION, fast_files
+from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PRODUCTION
+from tests.support.rollouts import NEW_HOSTS, boxes, commit, free_sparks, streaming, until_served
 from tests.support.smggateway import Gateway
 from tests.support.waiting import wait_for
 from tests.support.world import World, control_world
@@ -41,9 +36,6 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("smg") is None, reason="smg is not installed (scripts/setup does)"),
 ]
 _salt = itertools.count(231)
-MODEL = "deepseek-v4-flash"
-NEW_HOSTS = ("dgx1", "dgx2", "dgx3")
-MAX_REQUESTS = 4000
 
 
 @pytest.fixture
@@ -67,85 +59,6 @@ async def world(tmp_path: Path, gateway: Gateway) -> AsyncIterator[World]:
         await d.start()
         await w.deployed(w.heads[0])
         yield w
-
-
-@dataclass
-class Stream:
-    """Chat completions to the gateway one after another, each answer kept as (status, Retry-After, error)."""
-
-    url: str
-    answers: list[tuple[int | None, str | None, str | None]] = field(default_factory=list)
-    _stop: bool = False
-
-    async def run(self) -> None:
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
-        async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
-            while not self._stop and len(self.answers) < MAX_REQUESTS:
-                try:
-                    r = await client.post(self.url + "/v1/chat/completions", json=body)
-                    self.answers.append((r.status_code, r.headers.get("retry-after"), None))
-                except httpx.HTTPError as exc:
-                    self.answers.append((None, None, type(exc).__name__))
-                await asyncio.sleep(0.03)
-
-    def statuses(self) -> Counter[int | None]:
-        return Counter(status for status, _, _ in self.answers)
-
-
-@contextlib.asynccontextmanager
-async def streaming(gateway: Gateway) -> AsyncIterator[Stream]:
-    stream = Stream(gateway.url)
-    task = asyncio.create_task(stream.run())
-    try:
-        yield stream
-    finally:
-        stream._stop = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 15)
-
-
-async def until_served(gateway: Gateway, what: str, timeout: float = 60) -> None:
-    """Until the gateway answers a chat completion for the model with 200."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.post(gateway.url + "/v1/chat/completions", json=body)).status_code == 200:
-                    return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-            await asyncio.sleep(0.2)
-
-
-def commit(world: World, gateway: Gateway, message: str, analysis: str, **changes: Any) -> str:
-    """The example state with `changes` per lane, the test gateway's metrics port and the gateway's rollout
-    thresholds `analysis` (YAML lines)."""
-    files = fast_files(**changes)
-    fleet = files["state/fleet.yaml"].decode()
-    ours = f"  port: 30000\n  metrics_port: {gateway.metrics_port}\n{analysis}"
-    files["state/fleet.yaml"] = fleet.replace("  port: 30000\n", ours, 1).encode()
-    head = world.repo.commit(files, message)
-    world.heads.append(head)
-    world.target = load_commit(world.repo.repo, head)
-    return head
-
-
-def free_sparks(world: World) -> None:
-    """Stop the production lane (dgx1-3 free) and put the nightly lane's model there, as staging would."""
-    model = world.state.models[world.state.lanes[EUGR].model]
-    for host in NEW_HOSTS:
-        world.fleet.runtime(host).add_model_path(model.path, model.weight_bytes)
-
-
-def boxes(world: World, hosts: tuple[str, ...], commit: str | None = None) -> list[str]:
-    out = []
-    for host in hosts:
-        for box in world.containers(host):
-            ours = box.name.startswith(f"lanes-{EUGR}-") and box.status == "running"
-            if ours and (commit is None or box.commit == commit):
-                out.append(f"{box.name}@{host}")
-    return out
 
 
 async def test_in_place_answers_503_with_retry_after_while_loading_never_404_or_refused(
@@ -226,3 +139,26 @@ async def test_a_new_spec_slow_in_the_watch_window_is_aborted_back_with_nothing_
     assert health == "degraded"
     note = read_note(world.repo.repo, head) or ""
     assert "watch window" in note and "went back to the old ranks" in note, note
+
+
+async def test_a_gateway_restart_mid_rollout_gets_its_routes_back_and_the_rollout_completes(
+    world: World, gateway: Gateway
+) -> None:
+    free_sparks(world)
+    stopped = world.commit("production: stopped, its Sparks free", {PRODUCTION: {"desired": "stopped"}})
+    await wait_for(lambda: world.outcome(stopped) == "applied", 60, "the production lane stopped")
+    await until_served(gateway, "the model served through the gateway")
+    head = commit(
+        world,
+        gateway,
+        "eugr: onto dgx1-3, watched 8 s",
+        "  analysis:\n    watch_s: 8\n",
+        **{PRODUCTION: {"desired": "stopped"}, EUGR: {"hosts": list(NEW_HOSTS)}},
+    )
+    await wait_for(lambda: world.in_step(EUGR, "watch"), 90, "the watch window")
+    gateway.kill()  # SMG forgets every worker; the daemon's passes fail until it answers again
+    gateway.start()
+    await wait_for(lambda: world.outcome(head) == "applied", 90, "the rollout completed")
+    # Routed again within an interval (2 s here), to the new head; the old ranks stopped after the window.
+    await until_served(gateway, "the routes back after the restart", 30)
+    assert boxes(world, EUGR_HOSTS) == [] and len(boxes(world, NEW_HOSTS, head)) == 3
