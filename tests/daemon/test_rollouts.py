@@ -20,12 +20,14 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from reconciler.source.loadcommit import load_commit
 from reconciler.source.notes import read_note
-from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PRODUCTION
-from tests.support.rollouts import NEW_HOSTS, boxes, commit, free_sparks, streaming, until_served
+from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PRODUCTION, example_state, fast, fast_files, lane_yaml
+from tests.support.rollouts import MODEL, NEW_HOSTS, boxes, commit, free_sparks, streaming, until_served
 from tests.support.smggateway import Gateway
 from tests.support.waiting import wait_for
 from tests.support.world import World, control_world
@@ -162,3 +164,45 @@ async def test_a_gateway_restart_mid_rollout_gets_its_routes_back_and_the_rollou
     # Routed again within an interval (2 s here), to the new head; the old ranks stopped after the window.
     await until_served(gateway, "the routes back after the restart", 30)
     assert boxes(world, EUGR_HOSTS) == [] and len(boxes(world, NEW_HOSTS, head)) == 3
+
+
+TWIN = "eugr-nightly-dsv41-3x-b"
+
+
+def commit_replicas(world: World, gateway: Gateway, message: str, **changes: Any) -> str:
+    """The production lane stopped and a second replica of the nightly lane on dgx1-3, both routed under the
+    one model; `changes` apply to both replicas."""
+    files = fast_files(**{PRODUCTION: {"desired": "stopped"}, EUGR: changes})
+    twin = {**changes, "hosts": list(NEW_HOSTS)}
+    files[f"state/lanes/{TWIN}.yaml"] = lane_yaml(fast(example_state()), EUGR, **twin)
+    fleet = files["state/fleet.yaml"].decode()
+    fleet = fleet.replace(f"    {MODEL}: [{EUGR}]\n", f"    {MODEL}: [{EUGR}, {TWIN}]\n", 1)
+    fleet = fleet.replace("  port: 30000\n", f"  port: 30000\n  metrics_port: {gateway.metrics_port}\n", 1)
+    files["state/fleet.yaml"] = fleet.encode()
+    head = world.repo.commit(files, message)
+    world.heads.append(head)
+    world.target = load_commit(world.repo.repo, head)
+    return head
+
+
+async def test_replicas_change_one_at_a_time_each_drained_while_the_other_serves(
+    world: World, gateway: Gateway
+) -> None:
+    free_sparks(world)
+    both = commit_replicas(world, gateway, "a second replica on dgx1-3")
+    await wait_for(lambda: world.outcome(both) == "applied", 90, "both replicas up")
+    await until_served(gateway, "the model served through the gateway")
+    image = world.fleet.registry.add(f"{EUGR_REPO}:replicas", env={"STANDIN_LOAD_S": "3"}).pinned
+    async with streaming(gateway) as stream:
+        await asyncio.sleep(1.0)
+        head = commit_replicas(world, gateway, "both replicas: a new build", image=image)
+        await wait_for(lambda: world.outcome(head) == "applied", 120, "both replicas changed")
+        await asyncio.sleep(1.0)
+    statuses = stream.statuses()
+    assert set(statuses) == {200}, (statuses, [a for a in stream.answers if a[0] != 200][:5])
+    # One after the other: the second replica's drain began only after the first passed its gate.
+    gates = {lane: world.journal(lane, head) for lane in (EUGR, TWIN)}
+    ready = {lane: next(r for r in rows if r["kind"] == "wait-ready") for lane, rows in gates.items()}
+    drains = {lane: next(r for r in rows if r["kind"] == "drain") for lane, rows in gates.items()}
+    order = sorted(gates, key=lambda lane: drains[lane]["id"])
+    assert drains[order[1]]["id"] > ready[order[0]]["id"], "both replicas were away at once"
