@@ -22,6 +22,7 @@ from collections.abc import Callable
 import httpx
 
 from reconciler.errors import NotReadyError, StepFailedError
+from reconciler.execute import prepromotion
 from reconciler.execute.assess import assessment_client, engine_answers
 from reconciler.execute.hostops import HostOps
 from reconciler.execute.results import ProgressEvent, ProgressFn
@@ -161,6 +162,13 @@ async def first_token_s(
     except (TimeoutError, httpx.HTTPError, OSError):
         return None
     return None
+
+
+async def pre_promotion(ops: HostOps, step: Watch) -> prepromotion.Verdict:
+    """The side-by-side benchmark of the old head and the new one (reconciler.execute.prepromotion)."""
+    old = f"http://{ops.targets[step.old_host].address}:{step.old_port}/v1"
+    new = f"http://{ops.targets[step.host].address}:{step.port}/v1"
+    return await prepromotion.compare(old, new, step.served_model, step.max_slowdown or 0.0)
 
 
 def _failed(why: str) -> StepFailedError:

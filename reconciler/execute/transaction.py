@@ -24,14 +24,20 @@ from typing import Any
 
 from reconciler.cancel import cancel_requested
 from reconciler.engines import ContainerSpec
-from reconciler.errors import ImageNeedsNewerDriverError, PullFailedError, RemoteCommandError, StepFailedError
+from reconciler.errors import (
+    ImageNeedsNewerDriverError,
+    NotReadyError,
+    PullFailedError,
+    RemoteCommandError,
+    StepFailedError,
+)
 from reconciler.execute.gate import gate
 from reconciler.execute.hostops import HostOps, gather_hosts
 from reconciler.execute.inflight import InFlight, take_back_cancel
 from reconciler.execute.leases import LeaseBlockedError, Leases
 from reconciler.execute.results import ExecutorConfig, LaneResult, ProgressEvent, ProgressFn, Result
 from reconciler.execute.rollback import put_back
-from reconciler.execute.rolloutsteps import drain, watch
+from reconciler.execute.rolloutsteps import drain, pre_promotion, watch
 from reconciler.execute.secrets import SecretStore, env_file_text
 from reconciler.execute.stagestep import run_stage
 from reconciler.facts.cudareq import REQUIRE_VAR, driver_gives, required_cuda
@@ -245,8 +251,6 @@ class LaneTransaction:
             self._record(Progressed(phase=Phase.DRAINING))
             run = partial(drain, ops, step, self.s.routes, self.lp.lane, self.s.progress)
         elif isinstance(step, Watch):
-            self.watched = step
-            self._record(Progressed(phase=Phase.WATCHING, candidate=Gate(step.host, step.port, step.served_model)))
             run = partial(self._watch, step)
         elif isinstance(step, RemoveEnvFiles):
             run = partial(self._remove_env_files, step)
@@ -313,6 +317,15 @@ class LaneTransaction:
             raise _NotDoneError(f"the old ranks did not all stop ({exc}); the next resync stops them") from exc
 
     async def _watch(self, step: Watch) -> None:
+        if step.max_slowdown is not None and step.old_host:
+            # Before the route moves: both specs run, each on its own Sparks, and are measured side by side.
+            verdict = await pre_promotion(self.s.ops, step)
+            self.timings.update(verdict.to_timings())
+            self.s.progress(ProgressEvent(self.lp.lane, "pre-promotion", "info", verdict.why))
+            if not verdict.ok:
+                raise StepFailedError.wrap("pre-promotion", [NotReadyError(verdict.why)], touched=False)
+        self.watched = step
+        self._record(Progressed(phase=Phase.WATCHING, candidate=Gate(step.host, step.port, step.served_model)))
         figures = await watch(self.s.ops, step, self.health, self.s.routes, self.lp.lane, self.s.progress)
         if figures is not None:
             self.timings["watch_requests"] = float(figures.successes + figures.failures)

@@ -96,7 +96,7 @@ def plan_rollouts(
         ):
             why = f"{', '.join(lp.hosts)} are free and share no host with the ranks that serve now"
             rollout = Rollout(RolloutKind.BLUE_GREEN, model, why)
-            out.append(replace(lp, rollout=rollout, steps=_blue_green(lp, old, model, analysis)))
+            out.append(replace(lp, rollout=rollout, steps=_blue_green(lp, old, model, analysis, serving)))
         elif any(_routed(states.get(name)) for name in replicas) or before:
             others = [n for n in replicas if _routed(states.get(n))] or before
             why = f"{', '.join(others)} serve{'s' if len(others) == 1 else ''} {model} meanwhile"
@@ -130,7 +130,7 @@ def _drained(lp: LanePlan, old: StopContainers, model: str, serving: Gate | None
     return tuple(steps)
 
 
-def _blue_green(lp: LanePlan, old: StopContainers, model: str, analysis: Analysis) -> tuple[Step, ...]:
+def _blue_green(lp: LanePlan, old: StopContainers, model: str, analysis: Analysis, serving: Gate) -> tuple[Step, ...]:
     """Start and gate beside the old ranks, watch, then stop the old ranks and their stale env files."""
     head = next(s for s in reversed(lp.steps) if isinstance(s, WaitReady))
     ahead = [s for s in lp.steps if s is not old and not isinstance(s, RemoveEnvFiles)]
@@ -143,6 +143,9 @@ def _blue_green(lp: LanePlan, old: StopContainers, model: str, analysis: Analysi
             analysis.max_error_rate,
             analysis.min_requests,
             served_model=head.served_model,
+            old_host=serving.host,
+            old_port=serving.port,
+            max_slowdown=analysis.max_slowdown,
             drain_s=analysis.drain_s,
             max_ttft_s=analysis.max_ttft_s,
         ),

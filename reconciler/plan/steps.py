@@ -288,6 +288,11 @@ class Watch:
     max_error_rate: float
     min_requests: int
     served_model: str = ""
+    old_host: str = ""
+    old_port: int = 0
+    """Where the old spec serves now: the pre-promotion benchmark measures it beside the new head."""
+    max_slowdown: float | None = None
+    """The pre-promotion analysis: how much slower the new head may be (None: no analysis)."""
     drain_s: float = 60.0
     """An abort drains the new head this long at most before its ranks stop (the gateway's figures)."""
     max_ttft_s: float | None = None

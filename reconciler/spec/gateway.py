@@ -53,6 +53,14 @@ class Analysis(StrictModel):
         description="the longest a first token of the new lane may take in the watch window, asked of its engine "
         "each look (unset: not judged)",
     )
+    max_slowdown: float | None = Field(
+        default=0.2,
+        ge=0,
+        le=10,
+        description="blue/green's pre-promotion analysis: a short benchmark of the old and the new head side by "
+        "side before the route moves; the new one fails when its decode rate falls or its first token grows by "
+        "more than this share (unset: no analysis)",
+    )
     drain_s: float = Field(
         default=60.0,
         ge=0,

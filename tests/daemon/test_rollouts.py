@@ -118,7 +118,9 @@ async def test_a_new_spec_slow_in_the_watch_window_is_aborted_back_with_nothing_
     old = world.heads[0]
     # A build that reads prompts at 2 tokens/s: its first token takes a second or more, over the lane's 0.3 s.
     slow = world.fleet.registry.add(f"{EUGR_REPO}:slow", env={"STANDIN_PP_TPS": "2"}).pinned
-    analysis = f"  analysis:\n    watch_s: 30\n  lanes:\n    {EUGR}:\n      watch_s: 30\n      max_ttft_s: 0.3\n"
+    # No pre-promotion benchmark here (it would catch the build first: the next test): the watch window's own.
+    lanes = f"  lanes:\n    {EUGR}:\n      watch_s: 30\n      max_ttft_s: 0.3\n      max_slowdown: null\n"
+    analysis = "  analysis:\n    watch_s: 30\n" + lanes
     async with streaming(gateway) as stream:
         await asyncio.sleep(1.0)
         started = time.monotonic()
@@ -206,3 +208,30 @@ async def test_replicas_change_one_at_a_time_each_drained_while_the_other_serves
     drains = {lane: next(r for r in rows if r["kind"] == "drain") for lane, rows in gates.items()}
     order = sorted(gates, key=lambda lane: drains[lane]["id"])
     assert drains[order[1]]["id"] > ready[order[0]]["id"], "both replicas were away at once"
+
+
+async def test_a_new_spec_slower_than_the_old_side_by_side_is_never_promoted(world: World, gateway: Gateway) -> None:
+    free_sparks(world)
+    stopped = world.commit("production: stopped, its Sparks free", {PRODUCTION: {"desired": "stopped"}})
+    await wait_for(lambda: world.outcome(stopped) == "applied", 60, "the production lane stopped")
+    await until_served(gateway, "the model served through the gateway")
+    old = world.heads[0]
+    # Decodes at 10 tokens/s where the running build does 50: the pre-promotion benchmark sees it beside the old.
+    slow = world.fleet.registry.add(f"{EUGR_REPO}:slow-decode", env={"STANDIN_TG_TPS": "10"}).pinned
+    async with streaming(gateway) as stream:
+        await asyncio.sleep(1.0)
+        head = commit(
+            world,
+            gateway,
+            "eugr: a build that decodes slower, onto dgx1-3",
+            "  analysis:\n    watch_s: 30\n",
+            **{PRODUCTION: {"desired": "stopped"}, EUGR: {"hosts": list(NEW_HOSTS), "image": slow}},
+        )
+        await wait_for(lambda: world.outcome(head) not in (None, "applying"), 120, "the change's outcome")
+        await asyncio.sleep(1.0)
+    assert world.outcome(head) == "failed", world.commit_outcome(head)
+    statuses = stream.statuses()
+    assert set(statuses) == {200}, (statuses, [a for a in stream.answers if a[0] != 200][:5])
+    assert len(boxes(world, EUGR_HOSTS, old)) == 3 and boxes(world, NEW_HOSTS) == []
+    note = read_note(world.repo.repo, head) or ""
+    assert "slower than the old one" in note and "decode" in note, note
