@@ -98,6 +98,7 @@ FULL: KindKey = ("full", 1.0, False)
 INDEXED_FULL: KindKey = ("full", 1.0, True)
 SLIDING: KindKey = ("sliding", 1.0, False)
 LINEAR: KindKey = ("linear", 1.0, False)
+NONE: KindKey = ("none", 1.0, False)  # a layer with no cache (Nemotron-H's MoE/MLP layers): placed, never sized
 DCP_SLIDING = "dcp-sliding-window"
 
 
@@ -279,7 +280,9 @@ class KVModel:
                 self.notes.append("layer_types describes every layer; linear/sliding layer counts ignored")
             out = []
             for layer, kind in enumerate(arch.layer_types):
-                if kind == "linear":
+                if kind == "none":
+                    out.append(NONE)
+                elif kind == "linear":
                     out.append(LINEAR)
                 elif kind == "sliding" and arch.sliding_window is not None:
                     out.append(SLIDING)
@@ -298,7 +301,8 @@ class KVModel:
             for size in self.sizes:
                 counts: dict[KindKey, int] = {}
                 for key in kinds[start : start + size]:
-                    counts[key] = counts.get(key, 0) + 1
+                    if key != NONE:
+                        counts[key] = counts.get(key, 0) + 1
                 self._positional.append(counts)
                 start += size
             return
