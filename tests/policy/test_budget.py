@@ -95,12 +95,13 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
         {"tp": 2, "kv_cache_dtype": "fp8_ds_mla", "max_model_len": 8192},
         [656 * 8192 * 10] * 2,
     ),
-    # nvfp4_ds_mla on a non-V4 model keeps the conservative 656 B stand-in.
+    # nvfp4_ds_mla on a non-V4 model: the B12X sparse-MLA backend's 368 B record (policies/rules.yaml),
+    # which GLM-5.2's published 2,046,464 B per 64-token block matches; 656 B was the fp8 stand-in.
     (
         "mla-nvfp4-ds-mla",
         mla(layers=10),
         {"tp": 2, "kv_cache_dtype": "nvfp4_ds_mla", "max_model_len": 8192},
-        [656 * 8192 * 10] * 2,
+        [368 * 8192 * 10] * 2,
     ),
     # DeepSeek V4 packs 584 B (448 NoPE + 128 RoPE + 8 scale) for fp8_ds_mla ...
     (
