@@ -119,7 +119,8 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
     ),
     # compress_ratios [1, 4, 128, 1], window 128, 584 B slots, 10000 tokens, on vLLM 0.32.0 (the builders'
     # lane), in bytes per row: nvfp4_ds_mla, whose pages vLLM does not align (fp8_ds_mla's 576 B-aligned
-    # pages are tests/policy/test_kv_engines.py's): every layer keeps a sliding window (DeepseekV4SWACache) of 64-token blocks holding
+    # pages are tests/policy/test_kv_engines.py's): every layer keeps a sliding window (DeepseekV4SWACache)
+    # of 64-token blocks holding
     # min(128 - 1 + in_flight, 10000) tokens, in_flight = 2 async batches x min(8 seqs x 10000, 8192) = 16384,
     # so 10000 tokens: cdiv(10000, 64) = 157 blocks + 1 = 158 = 10112 tokens per layer, on all 4 layers;
     # compressed: r=4: ceil(10000/4) = 2500; r=128: ceil(10000/128) = 79. The compressor states are
