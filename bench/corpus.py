@@ -37,6 +37,7 @@ from ruamel.yaml import YAML
 
 from reconciler.errors import InputError
 from reconciler.policy import Violation, evaluate
+from reconciler.policy.hostmem import HostMemory
 from reconciler.spec.checkpoint import model_from_checkpoint, render_model_yaml
 from reconciler.spec.load import load_desired, load_policies
 
@@ -166,10 +167,22 @@ def _about_memory(violation: Violation) -> bool:
     return violation.rule == "known-issues" and violation.detail.get("issue") in MEMORY_ISSUES
 
 
+def host_memory(entry: Entry) -> dict[str, HostMemory] | None:
+    """The entry's published free memory at boot as an observation of each of its hosts, else none."""
+    if entry.free_at_boot is None:
+        return None
+    hosts, _ = _hosts(entry.sparks)
+    seen = entry.free_at_boot
+    return {
+        h: HostMemory(host=h, available=seen.bytes, observed_at=None, source=f"the recipe's reading ({seen.source})")
+        for h in hosts
+    }
+
+
 def judge(entry: Entry) -> Judgement:
     files = state_files(entry)
     try:
-        verdict = evaluate(load_desired(files, "corpus"), load_policies(files))
+        verdict = evaluate(load_desired(files, "corpus"), load_policies(files), host_memory=host_memory(entry))
     except InputError as exc:
         raise InputError(f"entry {entry.name}: lanes refused its state: {exc}", field=exc.field) from exc
     found = verdict.lane_violations(entry.name)

@@ -72,6 +72,18 @@ class Measured(_Strict):
     source: str = Field(pattern=r"^https://")
 
 
+class FreeAtBoot(_Strict):
+    """The free memory (MemAvailable) the recipe's authors read on their Sparks at boot, as they published it.
+
+    lanes takes a host's observed MemAvailable when idle over the hardware profile's boot_free
+    (reconciler/policy/hostmem.py); an entry that publishes its hosts' reading is judged with it, as
+    lanes would judge a fleet it has probed. Never read backwards from the pool the entry measured."""
+
+    bytes: int = Field(gt=0)
+    source: str = Field(pattern=r"^https://")
+    says: str = Field(min_length=1, description="what the page says, in the corpus author's words")
+
+
 class Entry(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
     recipe: Source
@@ -89,6 +101,7 @@ class Entry(_Strict):
     outcome: Outcome
     reason: str = Field(min_length=1)
     measured_pool: Measured | None = None
+    free_at_boot: FreeAtBoot | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Entry:

@@ -80,6 +80,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from reconciler.policy.dsv4pages import (
+    STATE_ROWS,
+    DSV4Pages,
+    compressed_bytes,
+    compressor_bytes,
+    dsv4_pages,
+    indexer_bytes,
+    sliding_bytes,
+)
 from reconciler.policy.enginekv import KVSettings
 from reconciler.policy.hybridkv import group_size, unified_block, unified_page
 from reconciler.policy.sglangdsv4 import DSV4Pool, DSV4Settings, dsv4_pool, fp4_index_bytes, padded_slot, slot_bytes
@@ -98,6 +107,7 @@ FULL: KindKey = ("full", 1.0, False)
 INDEXED_FULL: KindKey = ("full", 1.0, True)
 SLIDING: KindKey = ("sliding", 1.0, False)
 LINEAR: KindKey = ("linear", 1.0, False)
+NONE: KindKey = ("none", 1.0, False)  # a layer with no cache (Nemotron-H's MoE/MLP layers): placed, never sized
 DCP_SLIDING = "dcp-sliding-window"
 
 
@@ -204,6 +214,11 @@ class KVModel:
         self.vllm = self.settings.engine == "vllm"
         # DeepSeek V4 on vLLM: a sliding window on every layer, beside the compressed cache.
         self.window_everywhere = self.vllm and arch.compress_ratios is not None and arch.sliding_window is not None
+        # vLLM's DeepSeek V4 pages under fp8_ds_mla are 576 B-aligned and shared by bucket (dsv4pages.py).
+        self.pages: DSV4Pages | None = None
+        if self.window_everywhere and kv_cache_dtype == "fp8_ds_mla":
+            head = (arch.kv_lora_rank or 0) + (arch.rope_dim or 0)
+            self.pages = dsv4_pages(int(self.attn_width), self.index_width, head, arch.index_head_dim)
         self.dsv4: DSV4Settings | None = self.settings.dsv4 if arch.compress_ratios is not None else None
         if self.dsv4 is not None:
             self.attn_width = float(slot_bytes(arch))
@@ -279,7 +294,9 @@ class KVModel:
                 self.notes.append("layer_types describes every layer; linear/sliding layer counts ignored")
             out = []
             for layer, kind in enumerate(arch.layer_types):
-                if kind == "linear":
+                if kind == "none":
+                    out.append(NONE)
+                elif kind == "linear":
                     out.append(LINEAR)
                 elif kind == "sliding" and arch.sliding_window is not None:
                     out.append(SLIDING)
@@ -298,7 +315,8 @@ class KVModel:
             for size in self.sizes:
                 counts: dict[KindKey, int] = {}
                 for key in kinds[start : start + size]:
-                    counts[key] = counts.get(key, 0) + 1
+                    if key != NONE:
+                        counts[key] = counts.get(key, 0) + 1
                 self._positional.append(counts)
                 start += size
             return
@@ -344,6 +362,8 @@ class KVModel:
         kind, ratio, indexed = key
         if self.dsv4 is not None:
             return self._sglang_layer_parts(key, length)
+        if self.pages is not None and kind in ("compressed", "shared", "sliding"):
+            return self._paged_parts(key, length, self.pages)
         out: dict[str, int] = {}
         if kind != "shared":
             tokens = self._tokens(key, length)
@@ -359,6 +379,25 @@ class KVModel:
             )
             if state and kind == "compressed":
                 out["compressor"] = state * self.seqs
+        return out
+
+    def _paged_parts(self, key: KindKey, length: int, pages: DSV4Pages) -> dict[str, int]:
+        """A DeepSeek V4 layer on vLLM with fp8_ds_mla, in whole padded pages (dsv4pages.py)."""
+        kind, ratio, indexed = key
+        window = self._sliding_tokens(length, self.settings.block_size)
+        out = {"sliding": sliding_bytes(pages, window) * self.seqs}
+        if kind != "compressed":
+            return out
+        tokens = math.ceil(length / self.dcp)
+        out["compressed"] = compressed_bytes(pages, ratio, tokens) * self.seqs
+        if indexed and self.index_width:
+            out["indexer"] = indexer_bytes(pages, tokens) * self.seqs
+        rows_per_block = STATE_ROWS.get(ratio)
+        if rows_per_block is not None:
+            coff = 2 if ratio == 4.0 else 1
+            rows = reserved_tokens(coff * int(ratio), self.settings.in_flight_tokens, length, rows_per_block)
+            state = compressor_bytes(pages, ratio, rows, bool(self.arch.index_head_dim))
+            out["compressor"] = state * self.seqs
         return out
 
     # -- SGLang's DeepSeek V4 pool ------------------------------------------------------

@@ -25,6 +25,10 @@ is read first, the outer config fills what it lacks):
   index_topk_pattern the layers not marked "S", else with index_topk_freq f
   > 1 and index_skip_topk_offset o (default 2) the layers l with
   max(l - o + 1, 0) % f == 0;
+- hybrid_override_pattern (Nemotron-H, no layer_types): "*" attention, "M"
+  Mamba-2 (linear, with mamba_num_heads, mamba_head_dim, n_groups,
+  ssm_state_size, conv_kernel, mamba_ssm_cache_dtype for its state), "E"
+  and "-" MoE / MLP layers that keep no cache ("none");
 - layer_types: 'sliding_attention' layers count as sliding_window_layers,
   'linear_attention' (or mamba) layers as linear_layers, and the list
   itself (full / sliding / linear) says which pipeline stage holds which;
@@ -163,6 +167,9 @@ def _layer_kinds(cfg: _Config, layers: int, notes: list[str]) -> tuple[int, int,
             notes.append(f"layer_types lists {len(kinds)} of {layers} layers: layers not placed")
             return sliding, linear, None
         return sliding, linear, [k for k in kinds if k is not None]
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return _override_pattern(pattern, layers, notes)
     interval = cfg.integer("full_attention_interval")
     if interval and interval > 1:
         # Qwen3-Next / Qwen3.5 (transformers' configs): layer i is full attention when (i + 1) % interval == 0.
@@ -176,7 +183,50 @@ def _layer_kinds(cfg: _Config, layers: int, notes: list[str]) -> tuple[int, int,
     return 0, 0, None
 
 
+PATTERN_KINDS = {"*": "full", "M": "linear", "E": "none", "-": "none"}
+"""Nemotron-H's hybrid_override_pattern, one character a layer: "*" attention, "M" Mamba-2, "E" MoE and
+"-" MLP (no cache), as vLLM's nemotron_h.py reads it (ALL_DECODER_LAYER_TYPES)."""
+
+
+def _override_pattern(pattern: str, layers: int, notes: list[str]) -> tuple[int, int, list[str] | None]:
+    kinds = [PATTERN_KINDS.get(c) for c in pattern[:layers]]
+    linear = kinds.count("linear")
+    unknown = sorted({c for c, k in zip(pattern, kinds, strict=False) if k is None})
+    if unknown or len(kinds) < layers:
+        notes.append(
+            f"hybrid_override_pattern has {len(kinds)} of {layers} layers or unknown marks {unknown}: "
+            "every layer sized as attention"
+        )
+        return 0, 0, None
+    notes.append(
+        f"hybrid_override_pattern: {kinds.count('full')} attention, {linear} Mamba-2 and "
+        f"{kinds.count('none')} MoE/MLP layers (no cache)"
+    )
+    return 0, linear, [k for k in kinds if k is not None]
+
+
+def _mamba2_state(cfg: _Config, notes: list[str]) -> int:
+    """Mamba-2 state per sequence per layer as vLLM 0.33.0 shapes it, all TP ranks together
+    (vllm/model_executor/layers/mamba/mamba_utils.py mamba2_state_shape, with nemotron_h.py's
+    intermediate_size = mamba_num_heads x mamba_head_dim): conv (conv_kernel - 1) x (intermediate +
+    2 x n_groups x ssm_state_size) in the model dtype, SSM heads x head_dim x ssm_state_size in
+    mamba_ssm_cache_dtype."""
+    keys = ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel")
+    heads, head_dim, groups, state, kernel = (cfg.integer(key, required=True) or 0 for key in keys)
+    conv_dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
+    ssm_dtype = str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or "").lower()
+    if ssm_dtype not in DTYPE_BYTES:
+        notes.append("Mamba-2 layers: mamba_ssm_cache_dtype not given; SSM state sized as float32")
+        ssm_dtype = "float32"
+    conv = max(kernel - 1, 0) * (heads * head_dim + 2 * groups * state) * DTYPE_BYTES.get(conv_dtype, 2)
+    ssm = heads * head_dim * state * DTYPE_BYTES[ssm_dtype]
+    notes.append(f"Mamba-2 layers: state {conv} B conv + {ssm} B SSM per sequence per layer")
+    return conv + ssm
+
+
 def _linear_state(cfg: _Config, notes: list[str]) -> int:
+    if cfg.get("mamba_num_heads") is not None:
+        return _mamba2_state(cfg, notes)
     keys = (
         "linear_num_key_heads",
         "linear_num_value_heads",

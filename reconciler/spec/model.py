@@ -15,7 +15,8 @@ from reconciler.spec.base import AbsPath, Name, StrictModel
 from reconciler.spec.origin import Origin
 
 AttentionKind = Literal["mha", "gqa", "mla"]
-LayerKind = Literal["full", "sliding", "linear"]
+LayerKind = Literal["full", "sliding", "linear", "none"]
+"""none: a layer that keeps no cache (Nemotron-H's MoE and MLP layers, "E" and "-" in hybrid_override_pattern)."""
 
 
 class MoE(StrictModel):
@@ -74,12 +75,15 @@ class Architecture(StrictModel):
         ge=0,
         description="fixed recurrent state per sequence per linear layer, in bytes, all TP ranks together; for a "
         "gated delta net (Qwen3-Next, Qwen3.5): (conv_kernel - 1) x (2 x k_heads x k_dim + v_heads x v_dim) x "
-        "conv dtype + v_heads x k_dim x v_dim x ssm dtype (vLLM mamba_utils gated_delta_net_state_shape)",
+        "conv dtype + v_heads x k_dim x v_dim x ssm dtype (vLLM mamba_utils gated_delta_net_state_shape); for "
+        "Mamba-2 (Nemotron-H): (conv_kernel - 1) x (heads x head_dim + 2 x n_groups x state) x conv dtype + "
+        "heads x head_dim x state x ssm dtype (mamba2_state_shape)",
     )
     layer_types: tuple[LayerKind, ...] | None = Field(
         default=None,
-        description="per layer, in order: full, sliding or linear attention (config.json layer_types, with "
-        "full_attention/sliding_attention/linear_attention shortened); places each kind on its pipeline stage",
+        description="per layer, in order: full, sliding or linear attention, or none (no cache: a MoE/MLP layer "
+        "of Nemotron-H) (config.json layer_types, with full_attention/sliding_attention/linear_attention "
+        "shortened, or hybrid_override_pattern); places each kind on its pipeline stage",
     )
     max_position_embeddings: int | None = Field(default=None, ge=1)
     vocab_size: int | None = Field(

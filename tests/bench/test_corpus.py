@@ -80,6 +80,21 @@ def test_sglangs_dsv4_pool_is_lanes_own_token_count(judged: list[corpus.Judgemen
     assert len({j.measured for j in boots}) == 3
 
 
+def test_an_entrys_published_free_memory_is_its_hosts_observation(judged: list[corpus.Judgement]) -> None:
+    # GLM-5.2 W4A16 fixes its KV with --kv-cache-memory-bytes, so its budget is the free memory at boot:
+    # the 117.0 GiB MemAvailable its recipe read, as lanes takes a probed host's, not the profile's figure.
+    by_name = {j.entry.name: j for j in judged}
+    for name in ("glm-5.2-w4a16-4x-dcp1-320k", "glm-5.2-w4a16-4x-dcp4-1m"):
+        entry = by_name[name].entry
+        assert entry.free_at_boot is not None
+        assert by_name[name].budget_gib == pytest.approx(entry.free_at_boot.bytes / 2**30)
+        assert any("free at boot (the recipe's reading" in f for f in by_name[name].findings)
+    seen = corpus.host_memory(by_name["glm-5.2-w4a16-4x-dcp4-1m"].entry)
+    assert seen is not None and sorted(seen) == ["dgx1", "dgx2", "dgx3", "dgx4"]
+    # An entry that publishes none is judged on the profile, as lanes judges a host no probe has seen.
+    assert corpus.host_memory(by_name["gpt-oss-120b-1x-mxfp4"].entry) is None
+
+
 def _copy(tmp_path: Path, name: str) -> Path:
     folder = tmp_path / "corpus"
     folder.mkdir()

@@ -95,12 +95,13 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
         {"tp": 2, "kv_cache_dtype": "fp8_ds_mla", "max_model_len": 8192},
         [656 * 8192 * 10] * 2,
     ),
-    # nvfp4_ds_mla on a non-V4 model keeps the conservative 656 B stand-in.
+    # nvfp4_ds_mla on a non-V4 model: the B12X sparse-MLA backend's 368 B record (policies/rules.yaml),
+    # which GLM-5.2's published 2,046,464 B per 64-token block matches; 656 B was the fp8 stand-in.
     (
         "mla-nvfp4-ds-mla",
         mla(layers=10),
         {"tp": 2, "kv_cache_dtype": "nvfp4_ds_mla", "max_model_len": 8192},
-        [656 * 8192 * 10] * 2,
+        [368 * 8192 * 10] * 2,
     ),
     # DeepSeek V4 packs 584 B (448 NoPE + 128 RoPE + 8 scale) for fp8_ds_mla ...
     (
@@ -117,7 +118,9 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
         [584 * 8192 * 10] * 2,
     ),
     # compress_ratios [1, 4, 128, 1], window 128, 584 B slots, 10000 tokens, on vLLM 0.32.0 (the builders'
-    # lane): every layer keeps a sliding window (DeepseekV4SWACache) of 64-token blocks holding
+    # lane), in bytes per row: nvfp4_ds_mla, whose pages vLLM does not align (fp8_ds_mla's 576 B-aligned
+    # pages are tests/policy/test_kv_engines.py's): every layer keeps a sliding window (DeepseekV4SWACache)
+    # of 64-token blocks holding
     # min(128 - 1 + in_flight, 10000) tokens, in_flight = 2 async batches x min(8 seqs x 10000, 8192) = 16384,
     # so 10000 tokens: cdiv(10000, 64) = 157 blocks + 1 = 158 = 10112 tokens per layer, on all 4 layers;
     # compressed: r=4: ceil(10000/4) = 2500; r=128: ceil(10000/128) = 79. The compressor states are
@@ -127,7 +130,7 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
     (
         "dsv4-compress-ratios",
         mla(layers=4, kv_lora_rank=448, kv_slot_bytes=584, compress_ratios=DSV4_RATIOS, sliding_window=128),
-        {"kv_cache_dtype": "fp8_ds_mla", "max_model_len": 10000},
+        {"kv_cache_dtype": "nvfp4_ds_mla", "max_model_len": 10000},
         [584 * (4 * 10112 + 2500 + 79) + 10004 * 8192 + 10008 * 4096],
     ),
     # Same with the indexer: 128 fp8 + 4 B fp32 scale = 132 B per slot, on the ratio-4 layer only, and its
@@ -142,7 +145,7 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
             sliding_window=128,
             index_head_dim=128,
         ),
-        {"kv_cache_dtype": "fp8_ds_mla", "max_model_len": 10000},
+        {"kv_cache_dtype": "nvfp4_ds_mla", "max_model_len": 10000},
         [584 * (4 * 10112 + 2500 + 79) + 132 * 2500 + 10004 * (8192 + 2048) + 10008 * 4096],
     ),
     # At 100 tokens the window reserve is capped by the context: in_flight 2 x min(8 x 100, 8192) = 1600,
@@ -152,7 +155,7 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
     (
         "dsv4-short-context",
         mla(layers=4, kv_lora_rank=448, kv_slot_bytes=584, compress_ratios=DSV4_RATIOS, sliding_window=128),
-        {"kv_cache_dtype": "fp8_ds_mla", "max_model_len": 100},
+        {"kv_cache_dtype": "nvfp4_ds_mla", "max_model_len": 100},
         [584 * (4 * 192 + 25 + 1) + 104 * 8192 + 112 * 4096],
     ),
     # Indexer on a plain MLA model (GLM-5 / V3.2 style): 576 B latent + 132 B indexer (128 fp8 + 4 B fp32
@@ -204,7 +207,7 @@ CASES: list[tuple[str, Architecture, dict[str, Any], list[int]]] = [
     (
         "pp2-compress-ratios",
         mla(layers=4, kv_lora_rank=448, kv_slot_bytes=584, compress_ratios=DSV4_RATIOS, sliding_window=128),
-        {"tp": 2, "pp": 2, "kv_cache_dtype": "fp8_ds_mla", "max_model_len": 10000},
+        {"tp": 2, "pp": 2, "kv_cache_dtype": "nvfp4_ds_mla", "max_model_len": 10000},
         [584 * (2 * 10112 + 2500) + 10004 * 8192] * 2 + [584 * (2 * 10112 + 79) + 10008 * 4096] * 2,
     ),
     # pp 2 on a hybrid: kinds are counted, so each stage is sized with its costliest mix: 1 attention

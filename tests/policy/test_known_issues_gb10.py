@@ -132,15 +132,18 @@ def test_gqa_under_dcp_and_mla_without_dcp_are_not_warned_of_drift() -> None:
 # The start-time free-memory check: utilization against what a Spark has free at start.
 
 
-def test_utilization_above_what_a_spark_has_free_at_start_is_warned() -> None:
-    # 0.83 x 121.69 GiB = 101.0 GiB, the lowest free memory reported at start.
-    assert found(one(gpu_memory_utilization=0.88))[("l", STARTUP)] == "warn"
-    assert STARTUP in issue_ids(one(gpu_memory_utilization=0.83))
+def test_utilization_above_what_any_spark_has_free_at_start_is_warned() -> None:
+    # 0.92 x 121.69 GiB = 111.95 GiB, over the most any public Spark read at start (111.04 GiB):
+    # Nemotron-3-Super at 0.92 ran out of memory at start, V4-Flash-0731 at 0.95 was refused.
+    assert found(one(gpu_memory_utilization=0.95))[("l", STARTUP)] == "warn"
+    assert STARTUP in issue_ids(one(gpu_memory_utilization=0.92))
 
 
-def test_utilization_within_it_or_off_gb10_is_not_warned() -> None:
-    assert STARTUP not in issue_ids(one(gpu_memory_utilization=0.82))
-    assert STARTUP not in issue_ids(one(gpu_memory_utilization=0.88, hardware="h200"))
+def test_utilization_some_spark_started_with_or_off_gb10_is_not_warned() -> None:
+    # 0.85-0.90 booted on public Sparks with the free memory for it: the per-host check is boot-utilization's.
+    assert STARTUP not in issue_ids(one(gpu_memory_utilization=0.90))
+    assert STARTUP not in issue_ids(one(gpu_memory_utilization=0.85))
+    assert STARTUP not in issue_ids(one(gpu_memory_utilization=0.95, hardware="h200"))
 
 
 # Two engines starting on one host.
@@ -246,8 +249,10 @@ def test_the_r39_glm_lane_is_warned_of_ray_and_the_start_check() -> None:
 
     result = found(repo_state())
     glm = {issue: sev for (name, issue), sev in result.items() if name == "glm53-mxfp4-fp8-4x-r39"}
-    # Stopped: every finding is a warning; launcher ray and utilization 0.88 on gb10 hosts.
-    assert glm.get(RAY) == "warn" and glm.get(STARTUP) == "warn"
+    # Stopped: every finding is a warning; launcher ray. Its 0.88 is under what some Spark starts with
+    # (the known issue is silent), but over its hosts' free memory at boot: boot-utilization says so
+    # (tests/policy/test_example_state.py, fitting utilization 0.83 of the profile's 101.5 GiB).
+    assert glm.get(RAY) == "warn" and STARTUP not in glm
     assert DCP_NO_LSE not in glm  # dcp is 1
 
 

@@ -140,6 +140,7 @@ def test_dsv4_indexer_only_on_ratio_4_layers() -> None:
 
 
 def test_dsv4_on_vllm_keeps_a_window_on_every_layer() -> None:
+    # nvfp4_ds_mla: vLLM aligns pages to 576 B only for fp8_ds_mla, so here bytes are per row.
     # vLLM builds a DeepseekV4SWACache on every layer; 64-token blocks, 4096 in flight:
     # min(128 - 1 + 4096, 10,000) = 4223; cdiv(4223, 64) = 66, + 1 = 67 blocks = 4288 tokens x 584 B per layer,
     # on all 4 layers; plus the compressed slots 584 x (2500 + 79) and the indexer 132 x 2500.
@@ -150,7 +151,7 @@ def test_dsv4_on_vllm_keeps_a_window_on_every_layer() -> None:
     #   r=128: window 128, blocks of 8: min(127 + 4096, 10,000) = 4223, cdiv(4223, 8) = 528 + 1 = 529 blocks
     #        = 4232 rows x (2 x 1 x 512 x 4 = 4096 B) = 17,334,272.
     settings = KVSettings(engine="vllm", block_size=64, in_flight_tokens=4096)
-    stage = kv(dsv4(), 10_000, settings=settings, kv_cache_dtype="fp8_ds_mla").stage(0, 10_000)
+    stage = kv(dsv4(), 10_000, settings=settings, kv_cache_dtype="nvfp4_ds_mla").stage(0, 10_000)
     assert stage.parts == {
         "sliding": 4 * 4288 * 584,
         "compressed": 584 * (2500 + 79),
@@ -158,6 +159,26 @@ def test_dsv4_on_vllm_keeps_a_window_on_every_layer() -> None:
         "compressor": 33_652_736 + 8_413_184 + 17_334_272,
     }
     assert stage.total == 11_852_904 + 59_400_192
+
+
+def test_dsv4_on_vllm_with_fp8_ds_mla_pays_whole_padded_pages() -> None:
+    # fp8_ds_mla: every page aligned to 576 B, three buckets each paying its largest page
+    # (reconciler/policy/dsv4pages.py): c4 KV 64 x 584 = 37,376 -> 37,440, SWA the same, compressor
+    # states 4 x 8192 = 8 x 4096 = 32,768 -> 33,408, so the large page is 37,440; indexer KV
+    # 64 x 132 = 8,448 -> 8,640 and its compressor 4 x 2048 = 8,192 -> 8,640; c128 KV 2 x 584 = 1,168
+    # -> 1,728: vLLM's DeepSeek V4 post gives the same 1,728 / 8,640 / 37,440 B.
+    # At 10,000 tokens (4096 in flight, the rows and blocks of the case above):
+    #   sliding 67 blocks x 37,440 on 4 layers; compressed cdiv(10,000, 256) = 40 blocks x 37,440 (r=4)
+    #   and x 1,728 (r=128); indexer 40 x 8,640; compressor r=4 1027 blocks x (37,440 + 8,640),
+    #   r=128 529 blocks x 37,440.
+    settings = KVSettings(engine="vllm", block_size=64, in_flight_tokens=4096)
+    stage = kv(dsv4(), 10_000, settings=settings, kv_cache_dtype="fp8_ds_mla").stage(0, 10_000)
+    assert stage.parts == {
+        "sliding": 4 * 67 * 37_440,
+        "compressed": 40 * 37_440 + 40 * 1_728,
+        "indexer": 40 * 8_640,
+        "compressor": 1027 * (37_440 + 8_640) + 529 * 37_440,
+    }
 
 
 def test_dsv4_dcp_is_refused_on_vllm() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.policy.kv import KVModel, KVParams
 from reconciler.spec.checkpoint import model_from_checkpoint, render_model_yaml
 from reconciler.spec.load import load_desired
 from reconciler.spec.model import ModelSpec
@@ -52,9 +53,16 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # M2.7 keeps M2.5's attention: 62 layers of 8 KV heads x head_dim 128 (attn_type_list all 1)
     "minimax-m2.7": {"layers": 62, "attention": "gqa", "kv_heads": 8, "head_dim": 128},
     "minimax-m3": {"layers": 60, "attention": "gqa", "kv_heads": 4, "head_dim": 128, "hidden_size": 6144},
-    # hybrid_override_pattern: 8 attention layers ("*") of 2 KV heads x 128 among 88 (the rest Mamba-2 and MoE);
-    # which layers are attention is not asserted here: describe does not read the pattern yet (bench/README.md)
-    "nemotron-3-super-120b-a12b": {"layers": 88, "attention": "gqa", "kv_heads": 2, "head_dim": 128},
+    # hybrid_override_pattern: 8 attention layers ("*") of 2 KV heads x 128 among 88, 40 Mamba-2 ("M"), 40 MoE;
+    # Mamba-2 state per sequence per layer: 3 x (128 x 64 + 2 x 8 x 128) x 2 B conv + 128 x 64 x 128 x 4 B SSM
+    "nemotron-3-super-120b-a12b": {
+        "layers": 88,
+        "attention": "gqa",
+        "kv_heads": 2,
+        "head_dim": 128,
+        "linear_layers": 40,
+        "linear_state_bytes": 61_440 + 4_194_304,
+    },
     # full_attention_interval 4 over 48 layers: 36 gated delta-net layers
     "qwen3-next-80b-a3b": {"layers": 48, "attention": "gqa", "kv_heads": 2, "head_dim": 256, "linear_layers": 36},
     # text_config: 40 layers, layer_types 3 linear_attention + 1 full_attention
@@ -111,6 +119,24 @@ def test_hybrid_layers_are_placed_where_the_config_puts_them() -> None:
     assert [i for i, kind in enumerate(kinds) if kind == "full"] == list(range(3, 40, 4))
     spec, _ = described("gpt-oss-120b")
     assert spec.architecture.layer_types == ("sliding", "full") * 18
+
+
+def test_nemotron_h_pattern_places_attention_mamba_and_moe_layers() -> None:
+    # Nemotron-H has no layer_types: hybrid_override_pattern says each layer's kind, and only the
+    # "*" layers keep a KV cache (vLLM's nemotron_h.py); sized as 88 attention layers before.
+    spec, notes = described("nemotron-3-super-120b-a12b")
+    kinds = spec.architecture.layer_types
+    assert kinds is not None
+    assert [i for i, kind in enumerate(kinds) if kind == "full"] == [7, 16, 25, 36, 47, 58, 69, 78]
+    assert kinds.count("linear") == 40 and kinds.count("none") == 40
+    assert "hybrid_override_pattern: 8 attention, 40 Mamba-2 and 40 MoE/MLP layers (no cache)" in notes
+    params = KVParams(dtype_bytes={"fp8": 1.0}, slot_bytes={})
+    kv = KVModel(spec.architecture, tp=1, pp=1, dcp=1, kv_cache_dtype="fp8", params=params)
+    one = kv.stage(0, 131_072)
+    assert one.layers == 48
+    # 8 layers x 2 x 2 KV heads x 128 x 1 B (fp8) per token, plus 40 Mamba-2 states for the one sequence
+    assert one.parts["full"] == 8 * 2 * 2 * 128 * 131_072
+    assert one.parts["linear"] == 40 * (61_440 + 4_194_304)
 
 
 def test_glm52s_indexer_layers_are_the_ones_vllm_builds_an_indexer_on() -> None:
