@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import sparkrun_formula as sparkrun  # bench/sparkrun_formula.py, next to this script
+from benchstate import fleet_without_gateway  # bench/benchstate.py
 from ruamel.yaml import YAML
 
 from reconciler.policy import evaluate
@@ -83,7 +84,8 @@ def repo_files() -> dict[str, bytes]:
         for path in (REPO / folder).rglob("*"):
             if path.is_file():
                 files[path.relative_to(REPO).as_posix()] = path.read_bytes()
-    files["state/fleet.yaml"] = (REPO / "state" / "fleet.yaml").read_bytes()
+    # The fleet's gateway routes the example's lanes, which these repos do not hold.
+    files["state/fleet.yaml"] = fleet_without_gateway((REPO / "state" / "fleet.yaml").read_text()).encode()
     return files
 
 

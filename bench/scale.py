@@ -61,6 +61,8 @@ import pygit2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, like the other benches
 
+from benchstate import fleet_without_gateway  # bench/benchstate.py, next to this script
+
 from reconciler.execute.cycle import HostOverride, targets_for
 from reconciler.lane import LaneHealth, LaneState
 from reconciler.logsetup import configure
@@ -83,20 +85,6 @@ GOALS = (
 # -- the state repo ---------------------------------------------------------------------
 
 
-def _without_gateway(fleet: str) -> str:
-    """The example fleet file without its `gateway:` section, which routes the example's lanes: this state has
-    only the simulated ones (a gateway naming a lane the state lacks is refused at load)."""
-    out, inside = [], False
-    for line in fleet.splitlines(keepends=True):
-        if line.startswith("gateway:"):
-            inside = True
-        elif inside and line.strip() and not line.startswith((" ", "#")):
-            inside = False
-        if not inside:
-            out.append(line)
-    return "".join(out)
-
-
 def build_repo(path: Path, hosts: int) -> Path:
     """Hosts sim-0000... and a four-host vLLM TP4 lane per four hosts, as `lanes demo --hosts` adds them."""
     image = next(
@@ -105,7 +93,7 @@ def build_repo(path: Path, hosts: int) -> Path:
         if line.startswith("image:")
     )
     files = {
-        "state/fleet.yaml": _without_gateway((REPO / "state/fleet.yaml").read_text()).encode(),
+        "state/fleet.yaml": fleet_without_gateway((REPO / "state/fleet.yaml").read_text()).encode(),
         f"state/models/{MODEL}.yaml": (REPO / f"state/models/{MODEL}.yaml").read_bytes(),
     }
     files |= {f"policies/{p.name}": p.read_bytes() for p in sorted((REPO / "policies").glob("*.yaml"))}
