@@ -148,7 +148,8 @@ async def test_the_disk_filling_up_mid_apply_holds_the_records_and_loses_none(tm
             world.fast()
             steps = d.journal(PRODUCTION, head)
             assert [(r["kind"], r["state"]) for r in steps] == [
-                (kind, "done") for kind in ("lease", "pull", "env-files", "stop", "gpu-free", "start", "wait-ready")
+                (kind, "done")
+                for kind in ("lease", "pull", "env-files", "drain", "stop", "gpu-free", "start", "wait-ready")
             ]
             await _end_state(world, d, head, bump, eugr)
             assert (await d.status())["store"]["held_writes"] == 0
