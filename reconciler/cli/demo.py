@@ -25,6 +25,7 @@ import typer
 from rich.console import Console
 
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, handle_errors
+from reconciler.cli.demogateway import start_gateway
 from reconciler.cli.planview import print_plan
 from reconciler.cli.progress import StepPrinter
 from reconciler.cli.reconcile import print_status
@@ -227,29 +228,47 @@ async def run_daemon_on(env: DemoEnv, console: Console, resync_s: float) -> None
     )
     config_path = env.workdir / "reconciler.toml"
     http_port = _free_loopback_port()  # known before the daemon starts, so it can be printed below
+    gateway = start_gateway(env.workdir)  # the real SMG in front of the simulated Sparks, when installed
+    routes = (
+        f'[gateway]\nenabled = true\nurl = "{gateway.url}"\nkey_file = "{gateway.key_file}"\n'
+        f"metrics_port = {gateway.metrics_port}\ninterval_s = 10\n"
+        if gateway is not None
+        else ""
+    )
     config_path.write_text(
         f'[repo]\nurl = "{env.clone}"\nbranch = "{branch}"\nmirror_dir = "{env.workdir / "mirror"}"\n'
         f"resync_interval_s = {max(resync_s, 10.0)}\n"
         f'[ssh]\nkey = "{env.fleet.client_key_path}"\nknown_hosts = "{env.fleet.known_hosts_path}"\n'
         f'[daemon]\nowner = "lanes-demo"\ndb = "{env.workdir / "lanes.db"}"\n'
         f'secrets_dir = "{env.workdir / "secrets"}"\nlog_level = "info"\n'
-        f'[http]\nlisten = "127.0.0.1:{http_port}"\n{hosts}'
+        f'[http]\nlisten = "127.0.0.1:{http_port}"\n{routes}{hosts}'
     )
     config = load_config(config_path)
-    print_paste_hint(console, env.clone, http_port)
+    print_paste_hint(console, env.clone, http_port, gateway.url if gateway is not None else None)
     env.store.close()
-    await Daemon(config, config_path).run()
+    try:
+        await Daemon(config, config_path).run()
+    finally:
+        if gateway is not None:
+            gateway.stop()
 
 
-def print_paste_hint(console: Console, clone: Path, http_port: int) -> None:
+def print_paste_hint(console: Console, clone: Path, http_port: int, gateway: str | None = None) -> None:
     """What to try next; the commands to paste stay on one line each, however narrow the terminal."""
     lane = f"{clone}/state/lanes/eugr-nightly-dsv41-3x.yaml"
+    body = '{"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}'
+    served = (
+        f"the gateway (SMG) serves each model at one address, across changes: curl {gateway}/v1/chat/completions "
+        f"-H 'content-type: application/json' -d '{body}'\n"
+        if gateway is not None
+        else "smg is not installed (scripts/setup installs it): the demo runs without a gateway\n"
+    )
     console.print(
         f"\nThe daemon now watches {clone} (Ctrl-C stops it). Change a lane and commit, e.g.:\n"
         f"  sed -i 's/max_num_seqs: 8/max_num_seqs: 4/' {lane}\n"
         f"  git -C {clone} commit -am 'eugr: 4 sequences'\n"
         f"then: lanes status --daemon http://127.0.0.1:{http_port}\n"
-        f"or open the dashboard: http://127.0.0.1:{http_port}/\n",
+        f"or open the dashboard: http://127.0.0.1:{http_port}/\n{served}",
         highlight=False,
         soft_wrap=True,
         markup=False,

@@ -40,6 +40,13 @@ class GatewaySettings(Section):
         "worker, and this is how soon they are back",
     )
     timeout_s: float = Field(60.0, gt=0, le=600, description="seconds one routes pass may take, all calls included")
+    metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="the gateway's Prometheus port on the control plane's host, which drains and watch windows "
+        "read (default: the state's gateway.metrics_port)",
+    )
     hold_host: str = Field(
         "127.0.0.1",
         description="where the holding answer listens (503 with Retry-After for a model changed in place); the "

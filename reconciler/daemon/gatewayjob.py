@@ -93,7 +93,8 @@ class GatewayJob:
             return None
         host = urlsplit(self.settings.url).hostname or "127.0.0.1"
         shown = f"[{host}]" if ":" in host else host
-        return await read_figures(f"http://{shown}:{desired.fleet.gateway.metrics_port}/metrics", url)
+        port = self.settings.metrics_port or desired.fleet.gateway.metrics_port
+        return await read_figures(f"http://{shown}:{port}/metrics", url)
 
     @property
     def running(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.example import EUGR, PRODUCTION, ROOT
@@ -104,6 +106,18 @@ async def test_the_demo_daemon_applies_a_commit_to_its_clone_and_says_so(tmp_pat
         )
         head = first["daemon"]["head"]
         assert _lanes(first)[EUGR]["health"] == "healthy" and _lanes(first)[PRODUCTION]["health"] == "healthy"
+        # The real SMG in front of the simulated Sparks: the printed request reaches the nightly lane's engine.
+        gateway = re.search(r"curl (http://127\.0\.0\.1:\d+)/v1/chat/completions", printed)
+        if importlib.util.find_spec("smg") is not None:
+            assert gateway, printed[-3000:]
+            body = {"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+            deadline = time.monotonic() + 30  # routed once the daemon's first pass saw the lane healthy
+            async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
+                while (
+                    answer := await client.post(gateway.group(1) + "/v1/chat/completions", json=body)
+                ).status_code != 200:
+                    assert time.monotonic() < deadline, (answer.status_code, answer.text)
+                    await asyncio.sleep(0.5)
 
         # The change the demo suggests, committed as it says.
         lane_file = clone / "state" / "lanes" / f"{EUGR}.yaml"
