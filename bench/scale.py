@@ -175,10 +175,14 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_daemon(config: Path, log: Path, profile: Path | None = None) -> subprocess.Popen[bytes]:
+    # `--profile`: the same daemon under cProfile, a stats file per cycle (bench/profiled_daemon.py).
+    head = [sys.executable, "-m", "reconciler.cli.main"]
+    if profile is not None:
+        head = [sys.executable, str(Path(__file__).resolve().parent / "profiled_daemon.py"), str(profile)]
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "reconciler.cli.main", "daemon", "--config", str(config)],
+            [*head, "daemon", "--config", str(config)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -371,7 +375,7 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
         sim_up = time.monotonic() - t
         http_port = free_port()
         log = tmp / "daemon.log"
-        daemon = start_daemon(write_config(tmp, repo, ready, http_port, args.resync_s), log)
+        daemon = start_daemon(write_config(tmp, repo, ready, http_port, args.resync_s), log, args.profile)
         t0 = time.time()
         tail = LogTail(log)
         converge_s = math.nan
@@ -538,6 +542,9 @@ def main() -> None:
     )
     parser.add_argument("--timeout-s", type=float, default=900.0, help="give up on a cycle after this long")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--profile", type=Path, help="run the daemon under cProfile, one stats file per cycle in this folder"
+    )
     parser.add_argument("--keep", action="store_true", help="keep each size's temporary folder (logs, repo)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]

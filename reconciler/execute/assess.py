@@ -13,23 +13,54 @@ back as it was).
 
 from __future__ import annotations
 
+import asyncio
+from types import TracebackType
+
 import httpx
 
 from reconciler.cancel import raise_if_cancel_requested
 from reconciler.execute.readiness import tls_context
 from reconciler.spec.lane import Health
 
+ASSESS_CONCURRENCY = 32
+"""Health requests of one cycle in flight at once. Unbounded, 250 lanes' requests all waited in one httpx
+pool, whose every assignment scans each queued request against each connection: at 250 lanes that was 2.3
+million checks, most of a no-op resync's CPU (bench/README.md, issue 27). 32 at once answer 250 loopback
+engines in a few tens of ms; an engine that hangs holds one slot for the timeout, not the cycle."""
 
-def assessment_client(timeout_s: float) -> httpx.AsyncClient:
-    """One client for every lane's check of a cycle (a client each would cost a TLS context and a pool)."""
-    return httpx.AsyncClient(timeout=timeout_s, verify=tls_context())
+
+class Assessment:
+    """One cycle's health requests: one client (a TLS context and a pool, not one each), `slots` at once.
+
+    No connection is kept alive: each lane's head is another origin, so a kept connection is never reused
+    within a cycle, and the client ends with the cycle."""
+
+    def __init__(self, timeout_s: float, slots: int = ASSESS_CONCURRENCY) -> None:
+        limits = httpx.Limits(max_connections=slots, max_keepalive_connections=0)
+        self.client = httpx.AsyncClient(timeout=timeout_s, verify=tls_context(), limits=limits)
+        self.slots = asyncio.Semaphore(slots)
+
+    async def __aenter__(self) -> Assessment:
+        await self.client.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.client.__aexit__(kind, exc, tb)
 
 
-async def engine_answers(client: httpx.AsyncClient, address: str, port: int, health: Health) -> str | None:
+def assessment_client(timeout_s: float) -> Assessment:
+    """What a cycle's lanes ask their engines' health with (`engine_answers`)."""
+    return Assessment(timeout_s)
+
+
+async def engine_answers(assessment: Assessment, address: str, port: int, health: Health) -> str | None:
     """None when the head's health path answers 200; otherwise what it answered, for a person."""
     url = f"http://{address}:{port}{health.path}"
     try:
-        response = await client.get(url)
+        async with assessment.slots:
+            response = await assessment.client.get(url)
     except (httpx.HTTPError, OSError) as exc:
         raise_if_cancel_requested()
         return f"{address}:{port}{health.path} did not answer ({type(exc).__name__}: {exc or 'no reason given'})"
