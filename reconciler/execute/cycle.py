@@ -29,6 +29,7 @@ from reconciler.policy import Verdict, evaluate
 from reconciler.policy.ancestry import FixAncestry
 from reconciler.policy.diskfacts import disks_from_observation
 from reconciler.policy.hostmem import from_observation
+from reconciler.policy.reuse import Reuse
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
 from reconciler.spec.policyfiles import KnownIssuesFile
@@ -150,6 +151,8 @@ class CycleRunner:
         """Answers known issues' fix-commit questions from the git-head mirrors (`upstream.ancestry`)."""
         self.probes = ProbeMemory()
         """Each host's last facts and their digest: an unchanged host answers with the digest alone."""
+        self.reuse = Reuse()
+        """Each lane's rendered ranks and budget, computed again when the commit or the facts they read change."""
 
     async def observe_and_plan(
         self,
@@ -181,6 +184,7 @@ class CycleRunner:
             host_memory=from_observation(observed),
             host_info=observed.host_info(),
             model_disks=disks_from_observation(observed),
+            reuse=self.reuse,
         )
         undoing = {t for info in pending_restores(self.store).values() for t in info.get("taking") or ()}
         options = PlanOptions(
