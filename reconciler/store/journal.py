@@ -49,6 +49,7 @@ class Store:
         self._ids: dict[int, int] = {}
         self._held_lanes: dict[str, dict[str, Any]] = {}
         self._held_commits: dict[str, dict[str, Any]] = {}
+        self._decoded: dict[str, tuple[dict[str, Any], LaneRecord]] = {}
 
     def close(self) -> None:
         self.db.conn.close()
@@ -182,16 +183,30 @@ class Store:
         columns = [d[0] for d in cursor.description]
         return {row["name"]: row for row in (dict(zip(columns, values, strict=True)) for values in cursor.fetchall())}
 
+    def _record(self, row: dict[str, Any]) -> LaneRecord:
+        """The row as a LaneRecord, decoded once per change of the row: a resync reads each lane's record
+        several times (the plan, the status, the retries, its own observation), and decoding its JSON
+        columns (the healthy specs above all) each time was most of what the store cost a no-op resync. A
+        record is a frozen value its readers never change, so one decoded record serves them all."""
+        kept = self._decoded.get(row["name"])
+        if kept is not None and kept[0] == row:
+            return kept[1]
+        rec = record_from_row(row)
+        self._decoded[row["name"]] = (row, rec)
+        return rec
+
     def lane(self, name: str) -> LaneRecord | None:
         row = self._lane_rows(name).get(name, {})
         row.update(self._held_lanes.get(name, {}))
-        return record_from_row(row) if row else None
+        return self._record({"name": name, **row}) if row else None
 
     def lanes(self) -> list[LaneRecord]:
         rows = self._lane_rows()  # one query for all, not one per lane
         for name, held in self._held_lanes.items():
-            rows.setdefault(name, {}).update(held)
-        return [record_from_row(rows[n]) for n in sorted(rows) if rows[n]]
+            rows.setdefault(name, {"name": name}).update(held)
+        for gone in set(self._decoded) - set(rows):  # kept for lanes that still have a row, no more
+            del self._decoded[gone]
+        return [self._record(rows[n]) for n in sorted(rows)]
 
     def update_lane(self, name: str, **fields: Any) -> None:
         """The row write under the lane writer (`reconciler.store.lanewriter`), the only code that calls it; tests
