@@ -175,11 +175,13 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def start_daemon(config: Path, log: Path, profile: Path | None = None) -> subprocess.Popen[bytes]:
-    # `--profile`: the same daemon under cProfile, a stats file per cycle (bench/profiled_daemon.py).
+def start_daemon(config: Path, log: Path, profile: Path | None = None, memory: bool = False) -> subprocess.Popen[bytes]:
+    # `--profile`: the same daemon under cProfile, a stats file per cycle, or with `--memory` tracemalloc
+    # snapshots (bench/profiled_daemon.py).
     head = [sys.executable, "-m", "reconciler.cli.main"]
     if profile is not None:
         head = [sys.executable, str(Path(__file__).resolve().parent / "profiled_daemon.py"), str(profile)]
+        head += ["--memory"] if memory else []
     with log.open("ab") as out:
         return subprocess.Popen(
             [*head, "daemon", "--config", str(config)],
@@ -375,7 +377,7 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
         sim_up = time.monotonic() - t
         http_port = free_port()
         log = tmp / "daemon.log"
-        daemon = start_daemon(write_config(tmp, repo, ready, http_port, args.resync_s), log, args.profile)
+        daemon = start_daemon(write_config(tmp, repo, ready, http_port, args.resync_s), log, args.profile, args.memory)
         t0 = time.time()
         tail = LogTail(log)
         converge_s = math.nan
@@ -545,6 +547,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="run the daemon under cProfile, one stats file per cycle in this folder"
     )
+    parser.add_argument("--memory", action="store_true", help="with --profile: tracemalloc snapshots, not cProfile")
     parser.add_argument("--keep", action="store_true", help="keep each size's temporary folder (logs, repo)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
