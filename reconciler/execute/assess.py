@@ -14,6 +14,8 @@ back as it was).
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 from types import TracebackType
 
 import httpx
@@ -21,6 +23,14 @@ import httpx
 from reconciler.cancel import raise_if_cancel_requested
 from reconciler.execute.readiness import tls_context
 from reconciler.spec.lane import Health
+
+if importlib.util.find_spec("sniffio") is None:
+    # httpcore 1.0.9 (_synchronization.current_async_library) tries `import sniffio` at every request, and
+    # a failed import is not remembered: each one searched sys.path again, about 750 times per no-op resync
+    # of 250 lanes. None in sys.modules makes that same import fail at once ("import of sniffio halted;
+    # None in sys.modules", the import system's documented behaviour), so httpcore takes the asyncio path it
+    # takes now. Only when sniffio is not installed: an installed one is imported as before.
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 ASSESS_CONCURRENCY = 32
 """Health requests of one cycle in flight at once. Unbounded, 250 lanes' requests all waited in one httpx
