@@ -28,7 +28,9 @@ in another, so that its memory and CPU are its own. Printed per size:
   with the CPU of its child processes in that window (git fetch) and its
   wake-ups per second (voluntary context switches of all its threads) beside it;
 
-then how each grows with size. Not a test: it prints numbers. Every process it
+then how each grows with size. `--profile DIR` runs the daemon under cProfile (a stats file per
+cycle), `--profile DIR --memory` with tracemalloc snapshots instead (bench/profiled_daemon.py); their
+CPU figures are then the profiler's. Not a test: it prints numbers. Every process it
 starts is ended by its pid, on ^C too; it uses loopback addresses of its own.
 """
 
