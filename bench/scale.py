@@ -28,7 +28,9 @@ in another, so that its memory and CPU are its own. Printed per size:
   with the CPU of its child processes in that window (git fetch) and its
   wake-ups per second (voluntary context switches of all its threads) beside it;
 
-then how each grows with size. Not a test: it prints numbers. Every process it
+then how each grows with size. `--profile DIR` runs the daemon under cProfile (a stats file per
+cycle), `--profile DIR --memory` with tracemalloc snapshots instead (bench/profiled_daemon.py); their
+CPU figures are then the profiler's. Not a test: it prints numbers. Every process it
 starts is ended by its pid, on ^C too; it uses loopback addresses of its own.
 """
 
@@ -163,10 +165,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_daemon(config: Path, log: Path, profile: Path | None = None, memory: bool = False) -> subprocess.Popen[bytes]:
+    # `--profile`: the same daemon under cProfile, a stats file per cycle, or with `--memory` tracemalloc
+    # snapshots (bench/profiled_daemon.py).
+    head = [sys.executable, "-m", "reconciler.cli.main"]
+    if profile is not None:
+        head = [sys.executable, str(Path(__file__).resolve().parent / "profiled_daemon.py"), str(profile)]
+        head += ["--memory"] if memory else []
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "reconciler.cli.main", "daemon", "--config", str(config)],
+            [*head, "daemon", "--config", str(config)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -359,7 +367,7 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
         sim_up = time.monotonic() - t
         http_port = free_port()
         log = tmp / "daemon.log"
-        daemon = start_daemon(write_config(tmp, repo, ready, http_port, args.resync_s), log)
+        daemon = start_daemon(write_config(tmp, repo, ready, http_port, args.resync_s), log, args.profile, args.memory)
         t0 = time.time()
         tail = LogTail(log)
         converge_s = math.nan
@@ -526,6 +534,10 @@ def main() -> None:
     )
     parser.add_argument("--timeout-s", type=float, default=900.0, help="give up on a cycle after this long")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--profile", type=Path, help="run the daemon under cProfile, one stats file per cycle in this folder"
+    )
+    parser.add_argument("--memory", action="store_true", help="with --profile: tracemalloc snapshots, not cProfile")
     parser.add_argument("--keep", action="store_true", help="keep each size's temporary folder (logs, repo)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]

@@ -45,6 +45,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._lane_health_series: set[tuple[str, str]] = set()
         r = self.registry
         self.info = Gauge("lanes_build_info", "lanes version, always 1", ["version"], registry=r)
         self.info.labels(version=_version).set(1)
@@ -184,10 +185,16 @@ class Metrics:
                 self.staging_done.labels(lane=row["name"], host=host).set(fig.get("done") or 0)
                 self.staging_total.labels(lane=row["name"], host=host).set(fig.get("total") or 0)
                 self.staging_rate.labels(lane=row["name"], host=host).set(fig.get("rate_bps") or 0)
-        self.lane_health.clear()
+        # Series of lanes gone (or of a health no longer shown) are removed, the rest set in place: clearing
+        # them all made prometheus-client build 1,750 series again at each status of 250 lanes (bench/README.md,
+        # issue 27), where setting an existing one is a lookup.
+        wanted = {(lane, h) for lane, health in current.items() for h in {*HEALTHS, health}}
+        for gone in self._lane_health_series - wanted:
+            self.lane_health.remove(*gone)
         for lane, health in current.items():
             for h in sorted(set(HEALTHS) | {health}):
                 self.lane_health.labels(lane=lane, health=h).set(1 if h == health else 0)
+        self._lane_health_series = wanted
 
     def record_cycle(
         self,

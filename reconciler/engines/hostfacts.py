@@ -31,6 +31,7 @@ from reconciler.spec.lane import HostFact
 
 if TYPE_CHECKING:  # engines.base renders host_env through this module
     from reconciler.engines.base import RankContext
+    from reconciler.facts.hostinfo import HostInfo
 
 PROBED: frozenset[HostFact] = frozenset({"roce_gid_index"})
 """Facts only the probe reads (the others are in the host file)."""
@@ -45,6 +46,13 @@ def unresolved(fact: HostFact, host: str) -> str:
 def placeholders(env: Iterable[tuple[str, str]]) -> list[str]:
     """The variables of a rendered env whose host fact was not read ("B12X_ROCE_GID_INDEX: roce_gid_index")."""
     return [f"{k}: {v.removeprefix(_MARK).split(' of ', 1)[0]}" for k, v in env if v.startswith(_MARK)]
+
+
+def rendering_reads(info: HostInfo | None) -> object:
+    """What rendering a rank reads of its host's probed facts (`RankContext.info`): its RDMA devices, for
+    `roce_gid_index` below, and nothing else. A lane rendered before from equal values renders the same
+    (`policy.reuse`), so a renderer that comes to read another fact of `info` must name it here too."""
+    return info.rdma if info is not None else None
 
 
 def host_env(ctx: RankContext) -> dict[str, str]:

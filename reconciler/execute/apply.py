@@ -19,10 +19,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import httpx
 import structlog
 
-from reconciler.execute.assess import assessment_client, engine_answers
+from reconciler.execute.assess import Assessment, assessment_client, engine_answers
 from reconciler.execute.hostops import HostOps, LeaseHeldError
 from reconciler.execute.inflight import InFlight, take_back_cancel
 from reconciler.execute.leases import Leases
@@ -169,9 +168,7 @@ class Executor:
                 self.progress(ProgressEvent(lane, "swap-rollback", "failed", f"{type(exc).__name__}: {exc}"))
             return {}
 
-    async def _one_safely(
-        self, lp: LanePlan, desired: DesiredState, shared: Shared, client: httpx.AsyncClient
-    ) -> LaneResult:
+    async def _one_safely(self, lp: LanePlan, desired: DesiredState, shared: Shared, client: Assessment) -> LaneResult:
         try:
             return await self._one(lp, desired, shared, client)
         except asyncio.CancelledError:
@@ -185,7 +182,7 @@ class Executor:
                 log.warning("lane.internal_error_unrecorded", lane=lp.lane, error=str(store_exc))
             return LaneResult(lp.lane, lp.action, Result.FAILED, error, cause=Cause.INTERNAL_ERROR)
 
-    async def _one(self, lp: LanePlan, desired: DesiredState, shared: Shared, client: httpx.AsyncClient) -> LaneResult:
+    async def _one(self, lp: LanePlan, desired: DesiredState, shared: Shared, client: Assessment) -> LaneResult:
         if lp.action in INACTIVE:
             return await self._observe(lp, desired, client)
         lane = desired.lanes.get(lp.lane)
@@ -202,7 +199,7 @@ class Executor:
             for lock in reversed(locks):
                 lock.release()
 
-    async def _observe(self, lp: LanePlan, desired: DesiredState, client: httpx.AsyncClient) -> LaneResult:
+    async def _observe(self, lp: LanePlan, desired: DesiredState, client: Assessment) -> LaneResult:
         """Record a lane this cycle does not act on: its health is what its engine answers, or why it waits."""
         lane = desired.lanes.get(lp.lane)
         if lane is None and lp.action == "noop":

@@ -9,9 +9,20 @@ once: one HTTP round trip per running lane, with a short timeout. Every
 rank's container state comes from the cycle's probe already (a rank that
 exited is drift: the lane is redeployed, or, held back, its healthy spec put
 back as it was).
+
+The question is one plain-HTTP GET whose status line is all that is read, so it is asked over a bare
+asyncio connection rather than through httpx (`Assessment` still is an httpx client, for callers that need
+more of an engine than that): at 250 lanes httpx's client, pool and h11 machinery cost
+about 0.2 s of CPU per resync against 0.04 s for this (bench/README.md, issue 27). The engine's health
+path is on the data plane's loopback or LAN and never behind a proxy: no proxy settings are read, no
+redirect is followed (httpx followed none either), no TLS (the URL was always http).
 """
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+from urllib.parse import quote
 
 import httpx
 
@@ -19,20 +30,72 @@ from reconciler.cancel import raise_if_cancel_requested
 from reconciler.execute.readiness import tls_context
 from reconciler.spec.lane import Health
 
+ASSESS_CONCURRENCY = 32
+"""Health requests of one cycle in flight at once. Unbounded, 250 lanes' requests all waited in one httpx
+pool, whose every assignment scans each queued request against each connection: at 250 lanes that was 2.3
+million checks, most of a no-op resync's CPU (bench/README.md, issue 27). 32 at once answer 250 loopback
+engines in a few tens of ms; an engine that hangs holds one slot for the timeout, not the cycle."""
 
-def assessment_client(timeout_s: float) -> httpx.AsyncClient:
-    """One client for every lane's check of a cycle (a client each would cost a TLS context and a pool)."""
-    return httpx.AsyncClient(timeout=timeout_s, verify=tls_context())
+STATUS_LINE_LIMIT = 8192
+"""The most read of an answer: its status line ("HTTP/1.1 200 OK"); a longer line is not an HTTP answer."""
 
 
-async def engine_answers(client: httpx.AsyncClient, address: str, port: int, health: Health) -> str | None:
+class Assessment(httpx.AsyncClient):
+    """One cycle's health requests: `slots` at once, each within `timeout_s` (connect to status line).
+
+    Also an httpx client (one TLS context, a pool of at most `slots`, nothing kept alive) for callers that
+    ask an engine more than its status line, such as a first token: `engine_answers` does not use it."""
+
+    def __init__(self, timeout_s: float, slots: int = ASSESS_CONCURRENCY) -> None:
+        limits = httpx.Limits(max_connections=slots, max_keepalive_connections=0)
+        super().__init__(timeout=timeout_s, verify=tls_context(), limits=limits)
+        self.timeout_s = timeout_s
+        self.slots = asyncio.Semaphore(slots)
+
+
+def assessment_client(timeout_s: float) -> Assessment:
+    """What a cycle's lanes ask their engines' health with (`engine_answers`)."""
+    return Assessment(timeout_s)
+
+
+async def engine_answers(assessment: Assessment, address: str, port: int, health: Health) -> str | None:
     """None when the head's health path answers 200; otherwise what it answered, for a person."""
-    url = f"http://{address}:{port}{health.path}"
+    where = f"{address}:{port}{health.path}"
     try:
-        response = await client.get(url)
-    except (httpx.HTTPError, OSError) as exc:
+        async with assessment.slots, asyncio.timeout(assessment.timeout_s):
+            status = await _status_of(address, port, health.path)
+    except TimeoutError:
         raise_if_cancel_requested()
-        return f"{address}:{port}{health.path} did not answer ({type(exc).__name__}: {exc or 'no reason given'})"
-    if response.status_code != 200:
-        return f"{address}:{port}{health.path} answered {response.status_code}"
+        return f"{where} did not answer (no answer within {assessment.timeout_s:g} s)"
+    except (OSError, ValueError, EOFError) as exc:
+        raise_if_cancel_requested()
+        return f"{where} did not answer ({type(exc).__name__}: {exc or 'no reason given'})"
+    if status != 200:
+        return f"{where} answered {status}"
     return None
+
+
+async def _status_of(address: str, port: int, path: str) -> int:
+    """The status code of `GET path` on address:port (HTTP/1.x), read from the answer's first line."""
+    reader, writer = await asyncio.open_connection(address, port, limit=STATUS_LINE_LIMIT)
+    try:
+        host = f"[{address}]" if ":" in address else address
+        # As a URL would carry it: spaces, controls and non-ASCII percent-encoded, so the lane file's path
+        # can never end the request line or add a header; escapes already in it are kept.
+        target = quote(path, safe="/:@!$&'()*+,;=?%~")
+        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode("ascii"))
+        await writer.drain()
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            raise EOFError(f"the connection closed after {len(exc.partial)} bytes, before a status line") from None
+        except asyncio.LimitOverrunError:
+            raise ValueError(f"no status line in the first {STATUS_LINE_LIMIT} bytes") from None
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    parts = line.decode("latin-1").split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not (parts[1].isdigit() and len(parts[1]) == 3):
+        raise ValueError(f"not an HTTP answer: {line[:80]!r}")
+    return int(parts[1])

@@ -29,6 +29,7 @@ from reconciler.policy import Verdict, evaluate
 from reconciler.policy.ancestry import FixAncestry
 from reconciler.policy.diskfacts import disks_from_observation
 from reconciler.policy.hostmem import from_observation
+from reconciler.policy.reuse import Reuse
 from reconciler.source.loadcommit import LoadedCommit
 from reconciler.spec.load import DesiredState
 from reconciler.spec.policyfiles import KnownIssuesFile
@@ -150,6 +151,22 @@ class CycleRunner:
         """Answers known issues' fix-commit questions from the git-head mirrors (`upstream.ancestry`)."""
         self.probes = ProbeMemory()
         """Each host's last facts and their digest: an unchanged host answers with the digest alone."""
+        self.reuse = Reuse()
+        """Each lane's rendered ranks and budget, computed again when the commit or the facts they read change."""
+        self._reach: tuple[object, object, dict[str, HostTarget], dict[str, HostTarget]] | None = None
+
+    def reach(self, desired: DesiredState) -> tuple[dict[str, HostTarget], dict[str, HostTarget]]:
+        """The fleet's hosts as SSH targets, and those with the origins (where a lane's commands may go).
+
+        Built once per loaded commit and settings, and shared (read only) by the cycle and every operation:
+        each operation's executor built its own before, 1,000 targets held while it ran, 25 MB at a
+        1,000-host convergence (bench/README.md, issue 27)."""
+        overrides = self.settings.overrides
+        kept = self._reach
+        if kept is None or kept[0] is not desired or kept[1] is not overrides:
+            hosts = targets_for(desired, overrides)
+            kept = self._reach = (desired, overrides, hosts, {**origin_targets(desired, overrides), **hosts})
+        return kept[2], kept[3]
 
     async def observe_and_plan(
         self,
@@ -163,7 +180,7 @@ class CycleRunner:
         """`now`: a person's override (`lanes apply --now`): no change waits for a change window."""
         desired = loaded.desired
         answers = self.ancestry(desired, loaded.policies.known_issues) if self.ancestry else None
-        targets = targets_for(desired, self.settings.overrides)
+        targets, _ = self.reach(desired)
         observed = await observe(
             desired,
             self.transport,
@@ -181,6 +198,7 @@ class CycleRunner:
             host_memory=from_observation(observed),
             host_info=observed.host_info(),
             model_disks=disks_from_observation(observed),
+            reuse=self.reuse,
         )
         undoing = {t for info in pending_restores(self.store).values() for t in info.get("taking") or ()}
         options = PlanOptions(
@@ -274,10 +292,7 @@ class CycleRunner:
         self, loaded: LoadedCommit, progress: ProgressFn | None, operations: Operations | None = None
     ) -> Executor:
         # Origins (a NAS holding checkpoints) are reached only to stage models from: never probed.
-        reach = {
-            **origin_targets(loaded.desired, self.settings.overrides),
-            **targets_for(loaded.desired, self.settings.overrides),
-        }
+        _, reach = self.reach(loaded.desired)
         ops = HostOps(
             self.transport, reach, timeout=self.settings.command_timeout_s, pull_timeout=self.settings.pull_timeout_s
         )

@@ -194,6 +194,15 @@ def _drafter(params: BudgetParams, spec: Speculation | None, layer_kv: tuple[int
     )
 
 
+def budget_reads(
+    lane: Lane, capacity_of: Callable[[str], Capacity | None], host_memory: Mapping[str, HostMemory] | None
+) -> tuple[BootFree, ...]:
+    """What `lane_budget` reads of the probe: the free memory at boot of each of the lane's hosts with a known
+    profile (figure, origin and the source it names). Equal values give an equal budget (`policy.reuse`)."""
+    observed = host_memory or {}
+    return tuple(boot_free(host, cap, observed) for host in lane.hosts if (cap := capacity_of(host)) is not None)
+
+
 def lane_budget(
     lane: Lane,
     model: ModelSpec,

@@ -11,16 +11,18 @@ gives the same verdict. Pure: no I/O, no clock, no globals.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from reconciler.engines.ports import listening
 from reconciler.facts.hostinfo import HostInfo
 from reconciler.policy.ancestry import FixAncestry
-from reconciler.policy.budget import BudgetParams, LaneBudget, lane_budget
+from reconciler.policy.budget import BudgetParams, LaneBudget, budget_reads, lane_budget
 from reconciler.policy.config import RULE_PARAMS, RuleSettings, Settings, parse_rules
 from reconciler.policy.context import Context
 from reconciler.policy.diskfacts import ModelDisks
 from reconciler.policy.hardware import capacities
 from reconciler.policy.hostmem import HostMemory
+from reconciler.policy.reuse import Reuse
 from reconciler.policy.rules.flags import RULE as FLAGS_RULE
 from reconciler.policy.rules.flags import check_engine_flags
 from reconciler.policy.rules.known_issues import check_known_issues
@@ -63,7 +65,7 @@ RULE_ORDER = {
 }
 
 
-def _plans(ctx: Context, settings: Settings) -> dict[str, LaneBudget]:
+def _plans(ctx: Context, settings: Settings, reuse: Reuse | None) -> dict[str, LaneBudget]:
     rule = settings.configured.get("memory-budget")
     if rule is None:
         return {}
@@ -73,7 +75,12 @@ def _plans(ctx: Context, settings: Settings) -> dict[str, LaneBudget]:
         model = ctx.desired.models.get(lane.model)
         if model is None:
             continue
-        plans[lane.name] = lane_budget(lane, model, ctx.capacity, params, ctx.host_memory)
+        make = partial(lane_budget, lane, model, ctx.capacity, params, ctx.host_memory)
+        if reuse is None:
+            plans[lane.name] = make()
+        else:  # the same commit and policies: the same budget while its hosts' free memory at boot is the same
+            reads = budget_reads(lane, ctx.capacity, ctx.host_memory)
+            plans[lane.name] = reuse.get("memory-budget", lane.name, reads, make)
     return plans
 
 
@@ -95,6 +102,7 @@ def evaluate(
     host_memory: Mapping[str, HostMemory] | None = None,
     model_disks: ModelDisks | None = None,
     host_info: Mapping[str, HostInfo] | None = None,
+    reuse: Reuse | None = None,
 ) -> Verdict:
     """Check one commit's desired state against the policy set.
 
@@ -105,12 +113,16 @@ def evaluate(
     `model_disks` is the free disk under each model path a probe measured (`diskfacts.disks_from_observation`);
     without it the model-disk rule says nothing. `host_info` is what the probe read of each host it reached
     (`ObservedFleet.host_info`), for the per-rank values lanes take from their hosts (`host_env`).
+    `reuse`: the daemon's, across its cycles: a lane's ranks and budget are computed again only when the
+    loaded commit or the facts they read changed (`policy.reuse`); the verdict is the same either way.
     """
+    if reuse is not None:
+        reuse.begin(desired, policies)
     settings = parse_rules(policies.rules)
     ctx = Context.build(
         desired, settings, capacities(policies.hardware), policies.known_issues, fix_ancestry, host_memory, model_disks
     )
-    plans = _plans(ctx, settings)
+    plans = _plans(ctx, settings, reuse)
     for name in settings.missing:
         ctx.violations.append(
             Violation(
@@ -126,7 +138,7 @@ def evaluate(
                 detail={"missing_rule": name},
             )
         )
-    rendered, render_findings = render_lanes(desired, host_info)
+    rendered, render_findings = render_lanes(desired, host_info, reuse)
     ctx.violations.extend(render_findings)
     flags = settings.get(FLAGS_RULE)
     if flags is not None:

@@ -49,6 +49,7 @@ class Store:
         self._ids: dict[int, int] = {}
         self._held_lanes: dict[str, dict[str, Any]] = {}
         self._held_commits: dict[str, dict[str, Any]] = {}
+        self._decoded: dict[str, tuple[dict[str, Any], LaneRecord]] = {}
 
     def close(self) -> None:
         self.db.conn.close()
@@ -173,23 +174,50 @@ class Store:
 
     # -- lanes -----------------------------------------------------------------
 
+    def _lane_rows(self, name: str | None = None) -> dict[str, dict[str, Any]]:
+        """Rows of `lanes` by name (one, or all), read with plain SQL: sqlite-utils' `get` asks the table's
+        columns and primary key of sqlite first (two PRAGMAs per call), which at 250 lanes read a few times
+        each cycle was most of the store's share of a no-op resync."""
+        where, args = (" where name = ?", [name]) if name is not None else ("", [])
+        cursor = self.db.conn.execute(f"select * from lanes{where}", args)  # noqa: S608 - no outside text in it
+        columns = [d[0] for d in cursor.description]
+        return {row["name"]: row for row in (dict(zip(columns, values, strict=True)) for values in cursor.fetchall())}
+
+    def _record(self, row: dict[str, Any]) -> LaneRecord:
+        """The row as a LaneRecord, decoded once per change of the row: a resync reads each lane's record
+        several times (the plan, the status, the retries, its own observation), and decoding its JSON
+        columns (the healthy specs above all) each time was most of what the store cost a no-op resync. A
+        record is a frozen value its readers never change, so one decoded record serves them all."""
+        kept = self._decoded.get(row["name"])
+        if kept is not None and kept[0] == row:
+            return kept[1]
+        rec = record_from_row(row)
+        self._decoded[row["name"]] = (row, rec)
+        return rec
+
     def lane(self, name: str) -> LaneRecord | None:
-        try:
-            row = dict(self.db.table("lanes").get(name))
-        except sqlite_utils.db.NotFoundError:
-            row = {}
+        row = self._lane_rows(name).get(name, {})
         row.update(self._held_lanes.get(name, {}))
-        return record_from_row(row) if row else None
+        return self._record({"name": name, **row}) if row else None
 
     def lanes(self) -> list[LaneRecord]:
-        names = {r["name"] for r in self.db.table("lanes").rows_where(select="name")} | set(self._held_lanes)
-        return [rec for rec in (self.lane(n) for n in sorted(names)) if rec is not None]
+        rows = self._lane_rows()  # one query for all, not one per lane
+        for name, held in self._held_lanes.items():
+            rows.setdefault(name, {"name": name}).update(held)
+        for gone in set(self._decoded) - set(rows):  # kept for lanes that still have a row, no more
+            del self._decoded[gone]
+        return [self._record(rows[n]) for n in sorted(rows)]
 
     def update_lane(self, name: str, **fields: Any) -> None:
         """The row write under the lane writer (`reconciler.store.lanewriter`), the only code that calls it; tests
         seed journals with it."""
         row = row_from_fields(name, time.time(), fields)
-        if not self._write(lambda: self.db.table("lanes").upsert(row, pk="name", alter=False)):
+        # Plain SQL for the same upsert: sqlite-utils' reads the table's schema first, at every one of the
+        # 250 rows a resync writes. Column names are lanes' own (LANE_COLUMNS), never outside text.
+        names = ", ".join(f'"{c}"' for c in row)
+        sets = ", ".join(f'"{c}" = excluded."{c}"' for c in row if c != "name")
+        sql = f"insert into lanes ({names}) values ({', '.join('?' * len(row))}) on conflict(name) do update set {sets}"  # noqa: S608
+        if not self._write(lambda: self.db.conn.execute(sql, list(row.values()))):
             self._held_lanes.setdefault(name, {}).update(row)
 
     def failed_fingerprints(self) -> dict[str, str]:
