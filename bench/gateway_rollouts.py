@@ -36,24 +36,26 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's own example-state helpers in tests/
 
 from tests.support.example import EUGR, EUGR_REPO, PRODUCTION
-from tests.support.rollouts import MODEL, NEW_HOSTS, Stream, commit, free_sparks, streaming, until_served
+from tests.support.rollouts import (
+    MODEL,
+    NEW_HOSTS,
+    Stream,
+    commit,
+    gateway_world,
+    production_stopped,
+    streaming,
+    until_served,
+)
 from tests.support.smggateway import Gateway
 from tests.support.waiting import wait_for
-from tests.support.world import World, control_world
+from tests.support.world import World
 
 SALT = 247
 
 
 async def _world(tmp: Path, gateway: Gateway) -> Any:
-    ctx = control_world(tmp, SALT)
+    ctx = gateway_world(tmp, SALT, gateway, owner="lanes-bench")
     world: World = await ctx.__aenter__()
-    d = world.add_daemon("daemon", owner="lanes-bench", log_level="info")
-    d.config.write_text(
-        d.config.read_text()
-        + f'[gateway]\nenabled = true\nurl = "{gateway.url}"\nkey_file = "{gateway.key_file}"\ninterval_s = 2\n'
-    )
-    await d.start()
-    await world.deployed(world.heads[0])
     return ctx, world
 
 
@@ -91,10 +93,7 @@ async def strategies(tmp: Path, load_s: float) -> list[dict[str, Any]]:
                 await asyncio.sleep(1.0)
             out.append(_said("in place", stream, took))
 
-            free_sparks(world)
-            stopped = world.commit("production stopped", {PRODUCTION: {"desired": "stopped"}})
-            await wait_for(lambda: world.outcome(stopped) == "applied", 60, "production stopped")
-            await until_served(gateway, "the model served")
+            await production_stopped(world, gateway)
             async with streaming(gateway) as stream:
                 await asyncio.sleep(1.0)
                 t0 = time.monotonic()

@@ -21,9 +21,10 @@ import pytest
 
 from reconciler.gateway.smg import SmgRouter
 from tests.support.example import EUGR, PRODUCTION
+from tests.support.rollouts import gateway_world
 from tests.support.smggateway import KEY, Gateway
 from tests.support.waiting import wait_for
-from tests.support.world import World, control_world
+from tests.support.world import World
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -46,14 +47,7 @@ def gateway(tmp_path: Path) -> Iterator[Gateway]:
 
 @pytest.fixture
 async def world(tmp_path: Path, gateway: Gateway) -> AsyncIterator[World]:
-    async with control_world(tmp_path, next(_salt)) as w:
-        d = w.add_daemon("daemon", owner="lanes-test", log_level="info")
-        d.config.write_text(
-            d.config.read_text()
-            + f'[gateway]\nenabled = true\nurl = "{gateway.url}"\nkey_file = "{gateway.key_file}"\ninterval_s = 2\n'
-        )
-        await d.start()
-        await w.deployed(w.heads[0])
+    async with gateway_world(tmp_path, next(_salt), gateway) as w:
         yield w
 
 

@@ -27,10 +27,20 @@ import pytest
 from reconciler.source.loadcommit import load_commit
 from reconciler.source.notes import read_note
 from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PRODUCTION, example_state, fast, fast_files, lane_yaml
-from tests.support.rollouts import MODEL, NEW_HOSTS, boxes, commit, free_sparks, streaming, until_served
+from tests.support.rollouts import (
+    MODEL,
+    NEW_HOSTS,
+    boxes,
+    commit,
+    free_sparks,
+    gateway_world,
+    production_stopped,
+    streaming,
+    until_served,
+)
 from tests.support.smggateway import Gateway
 from tests.support.waiting import wait_for
-from tests.support.world import World, control_world
+from tests.support.world import World
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -52,14 +62,7 @@ def gateway(tmp_path: Path) -> Iterator[Gateway]:
 
 @pytest.fixture
 async def world(tmp_path: Path, gateway: Gateway) -> AsyncIterator[World]:
-    async with control_world(tmp_path, next(_salt)) as w:
-        d = w.add_daemon("daemon", owner="lanes-test", log_level="info")
-        d.config.write_text(
-            d.config.read_text()
-            + f'[gateway]\nenabled = true\nurl = "{gateway.url}"\nkey_file = "{gateway.key_file}"\ninterval_s = 2\n'
-        )
-        await d.start()
-        await w.deployed(w.heads[0])
+    async with gateway_world(tmp_path, next(_salt), gateway) as w:
         yield w
 
 
@@ -82,10 +85,7 @@ async def test_in_place_answers_503_with_retry_after_while_loading_never_404_or_
 
 
 async def test_blue_green_drops_nothing_and_stops_the_old_ranks_after_the_watch(world: World, gateway: Gateway) -> None:
-    free_sparks(world)
-    stopped = world.commit("production: stopped, its Sparks free", {PRODUCTION: {"desired": "stopped"}})
-    await wait_for(lambda: world.outcome(stopped) == "applied", 60, "the production lane stopped")
-    await until_served(gateway, "the model served through the gateway")
+    await production_stopped(world, gateway)
     analysis = "  analysis:\n    watch_s: 4\n"
     async with streaming(gateway) as stream:
         await asyncio.sleep(1.0)
@@ -111,10 +111,7 @@ async def test_blue_green_drops_nothing_and_stops_the_old_ranks_after_the_watch(
 async def test_a_new_spec_slow_in_the_watch_window_is_aborted_back_with_nothing_dropped(
     world: World, gateway: Gateway
 ) -> None:
-    free_sparks(world)
-    stopped = world.commit("production: stopped, its Sparks free", {PRODUCTION: {"desired": "stopped"}})
-    await wait_for(lambda: world.outcome(stopped) == "applied", 60, "the production lane stopped")
-    await until_served(gateway, "the model served through the gateway")
+    await production_stopped(world, gateway)
     old = world.heads[0]
     # A build that reads prompts at 2 tokens/s: its first token takes a second or more, over the lane's 0.3 s.
     slow = world.fleet.registry.add(f"{EUGR_REPO}:slow", env={"STANDIN_PP_TPS": "2"}).pinned
@@ -148,10 +145,7 @@ async def test_a_new_spec_slow_in_the_watch_window_is_aborted_back_with_nothing_
 async def test_a_gateway_restart_mid_rollout_gets_its_routes_back_and_the_rollout_completes(
     world: World, gateway: Gateway
 ) -> None:
-    free_sparks(world)
-    stopped = world.commit("production: stopped, its Sparks free", {PRODUCTION: {"desired": "stopped"}})
-    await wait_for(lambda: world.outcome(stopped) == "applied", 60, "the production lane stopped")
-    await until_served(gateway, "the model served through the gateway")
+    await production_stopped(world, gateway)
     head = commit(
         world,
         gateway,
@@ -211,10 +205,7 @@ async def test_replicas_change_one_at_a_time_each_drained_while_the_other_serves
 
 
 async def test_a_new_spec_slower_than_the_old_side_by_side_is_never_promoted(world: World, gateway: Gateway) -> None:
-    free_sparks(world)
-    stopped = world.commit("production: stopped, its Sparks free", {PRODUCTION: {"desired": "stopped"}})
-    await wait_for(lambda: world.outcome(stopped) == "applied", 60, "the production lane stopped")
-    await until_served(gateway, "the model served through the gateway")
+    await production_stopped(world, gateway)
     old = world.heads[0]
     # Decodes at 10 tokens/s where the running build does 50: the pre-promotion benchmark sees it beside the old.
     slow = world.fleet.registry.add(f"{EUGR_REPO}:slow-decode", env={"STANDIN_TG_TPS": "10"}).pinned

@@ -12,14 +12,16 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from reconciler.source.loadcommit import load_commit
-from tests.support.example import EUGR, fast_files
+from tests.support.example import EUGR, PRODUCTION, fast_files
 from tests.support.smggateway import Gateway
-from tests.support.world import World
+from tests.support.waiting import wait_for
+from tests.support.world import World, control_world
 
 MODEL = "deepseek-v4-flash"
 NEW_HOSTS = ("dgx1", "dgx2", "dgx3")
@@ -99,10 +101,34 @@ def commit(world: World, gateway: Gateway, message: str, analysis: str, **change
 
 
 def free_sparks(world: World) -> None:
-    """Stop the production lane (dgx1-3 free) and put the nightly lane's model there, as staging would."""
+    """Put the nightly lane's model on dgx1-3, as staging would (they are free once the production lane stops)."""
     model = world.state.models[world.state.lanes[EUGR].model]
     for host in NEW_HOSTS:
         world.fleet.runtime(host).add_model_path(model.path, model.weight_bytes)
+
+
+async def production_stopped(world: World, gateway: Gateway) -> str:
+    """The production lane stopped by a commit (dgx1-4 free, the nightly lane's model on dgx1-3), the nightly
+    lane served through the gateway; the commit."""
+    free_sparks(world)
+    stopped = world.commit("production: stopped, its Sparks free", {PRODUCTION: {"desired": "stopped"}})
+    await wait_for(lambda: world.outcome(stopped) == "applied", 60, "the production lane stopped")
+    await until_served(gateway, "the model served through the gateway")
+    return stopped
+
+
+@contextlib.asynccontextmanager
+async def gateway_world(tmp: Path, salt: int, gateway: Gateway, *, owner: str = "lanes-test") -> AsyncIterator[World]:
+    """The example fleet on simulated Sparks and a daemon keeping `gateway`'s routes (a 2 s interval), deployed."""
+    async with control_world(tmp, salt) as world:
+        d = world.add_daemon("daemon", owner=owner, log_level="info")
+        d.config.write_text(
+            d.config.read_text()
+            + f'[gateway]\nenabled = true\nurl = "{gateway.url}"\nkey_file = "{gateway.key_file}"\ninterval_s = 2\n'
+        )
+        await d.start()
+        await world.deployed(world.heads[0])
+        yield world
 
 
 def boxes(world: World, hosts: tuple[str, ...], commit: str | None = None) -> list[str]:
