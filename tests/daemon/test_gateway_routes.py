@@ -13,7 +13,7 @@ import asyncio
 import importlib.util
 import itertools
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -33,16 +33,6 @@ pytestmark = [
 ]
 _salt = itertools.count(211)
 MODELS = {PRODUCTION: "deepseek-v4.1-flash", EUGR: "deepseek-v4-flash"}
-
-
-@pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[Gateway]:
-    gw = Gateway(tmp_path)
-    gw.start()
-    try:
-        yield gw
-    finally:
-        gw.kill()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import asyncio
 import importlib.util
 import itertools
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +48,6 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("smg") is None, reason="smg is not installed (scripts/setup does)"),
 ]
 _salt = itertools.count(231)
-
-
-@pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[Gateway]:
-    gw = Gateway(tmp_path)
-    gw.start()
-    try:
-        yield gw
-    finally:
-        gw.kill()
 
 
 @pytest.fixture
