@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import itertools
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -110,7 +109,6 @@ async def test_a_new_spec_slow_in_the_watch_window_is_aborted_back_with_nothing_
     analysis = "  analysis:\n    watch_s: 30\n" + lanes
     async with streaming(gateway) as stream:
         await asyncio.sleep(1.0)
-        started = time.monotonic()
         head = commit(
             world,
             gateway,
@@ -121,7 +119,6 @@ async def test_a_new_spec_slow_in_the_watch_window_is_aborted_back_with_nothing_
         await wait_for(lambda: world.outcome(head) not in (None, "applying"), 120, "the change's outcome")
         await asyncio.sleep(1.0)
     assert world.outcome(head) == "failed", world.commit_outcome(head)
-    assert time.monotonic() - started < 30 + 60, "aborted at once, not after the whole window"
     statuses = stream.statuses()
     assert set(statuses) == {200}, (statuses, [a for a in stream.answers if a[0] != 200][:5])
     # The old ranks never stopped and serve on; the new ones are gone.
