@@ -12,6 +12,7 @@ worker URL (read from smg 1.13.0's /metrics, checked against the real binary by 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from dataclasses import dataclass
@@ -77,7 +78,8 @@ async def read_figures(metrics_url: str, url: str, client: httpx.AsyncClient | N
     own = client is None
     http = client or httpx.AsyncClient(timeout=TIMEOUT_S, trust_env=False, follow_redirects=False)
     try:
-        async with http.stream("GET", metrics_url) as answer:
+        # A whole deadline, head and body: httpx's timeout is per read, and a trickling answer would hold a drain.
+        async with asyncio.timeout(TIMEOUT_S * 2), http.stream("GET", metrics_url) as answer:
             if answer.status_code != 200:
                 return None
             body = bytearray()
@@ -86,7 +88,7 @@ async def read_figures(metrics_url: str, url: str, client: httpx.AsyncClient | N
                 if len(body) > MAX_METRICS_BYTES:
                     return None
         return parse_figures(body.decode("utf-8", "replace"), url)
-    except httpx.HTTPError:
+    except (httpx.HTTPError, TimeoutError):
         return None
     finally:
         if own:
