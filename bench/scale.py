@@ -286,6 +286,47 @@ class LogTail:
             time.sleep(0.2)
         raise TimeoutError(f"no cycle finished within {timeout:g} s; see {self.path}")
 
+    def wait_event(self, daemon: subprocess.Popen[bytes], name: str, lane: str, timeout: float) -> float:
+        """The wall-clock time of the next `name` event about `lane`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events():
+                if event.get("event") == name and event.get("lane") == lane:
+                    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+            if daemon.poll() is not None:
+                raise RuntimeError(f"the daemon exited ({daemon.returncode}); see {self.path}")
+            time.sleep(0.02)
+        raise TimeoutError(f"no {name} for {lane} within {timeout:g} s; see {self.path}")
+
+
+REACTION_LANE = "sim-minimax-0000"
+
+
+def commit_lane_env(repo_path: Path, lane: str) -> None:
+    """A commit that gives `lane` one more environment variable: a restart of its ranks, with engine arguments
+    its image judged already (no preflight), as a revert or an env fix is."""
+    repo = pygit2.Repository(str(repo_path))
+    head = repo.revparse_single("refs/heads/main")
+    path = f"state/lanes/{lane}.yaml"
+    blob = head.peel(pygit2.Tree) / path
+    text = blob.data.decode() + 'env:\n  LANES_BENCH_REACTION: "1"\n'  # type: ignore[union-attr]
+    index = pygit2.Index()
+    index.read_tree(head.peel(pygit2.Tree))
+    index.add(pygit2.IndexEntry(path, repo.create_blob(text.encode()), pygit2.enums.FileMode.BLOB))
+    who = pygit2.Signature("lanes bench", "bench@localhost")
+    repo.create_commit("refs/heads/main", who, who, f"{lane}: one more env var", index.write_tree(repo), [head.id])
+
+
+def measure_reaction(repo: Path, tail: LogTail, daemon: subprocess.Popen[bytes], timeout: float) -> dict[str, float]:
+    """From a commit that changes one lane to the first command of its change (the lease on its hosts), and to
+    the end of the full cycle that follows: what an operator waits for after a push."""
+    for _ in tail.events():  # what the daemon said before the commit is not about it
+        pass
+    t0 = time.time()
+    commit_lane_env(repo, REACTION_LANE)
+    first = tail.wait_event(daemon, "lane.lease.started", REACTION_LANE, timeout)
+    return {"commit_to_first_command_s": first - t0}
+
 
 # -- measuring ----------------------------------------------------------------------------
 
@@ -416,6 +457,7 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
                     "cpu_s": cpu1 - cpu0 - idle_cpu if clean else math.nan,
                 }
             )
+        reaction = measure_reaction(repo, tail, daemon, args.timeout_s)
         work = asyncio.run(control_node_work(loaded, repo, ready))
         noop = [r for r in resyncs if r["reasons"] == ["resync"]] or resyncs
         return {
@@ -439,6 +481,7 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
             "load_avg_1m": os.getloadavg()[0],  # other work on the machine competes for the same cores
             "sim_rss_mb": proc_status(fleet.pid, "VmHWM"),
             "standin_rss_mb": proc_status(int(ready["standin_pid"]), "VmHWM"),
+            **reaction,
             **work,
         }
     finally:
@@ -465,6 +508,7 @@ COLUMNS = [
     ("B in/host", "bytes_in_per_host", "{:>9.0f}"),
     ("B out/host", "bytes_out_per_host", "{:>10.0f}"),
     ("resync CPU s", "resync_cpu_s", "{:>12.2f}"),
+    ("push->cmd s", "commit_to_first_command_s", "{:>11.2f}"),
     ("plan ms", "plan_s", "{:>7.1f}"),
     ("load ms", "load_commit_s", "{:>7.0f}"),
     ("policy ms", "evaluate_s", "{:>9.0f}"),

@@ -32,6 +32,7 @@ from reconciler.execute.results import LaneResult, Result
 from reconciler.facts.enginelog import with_engine_words
 from reconciler.notifications import hub as notifications
 from reconciler.notifications.events import Refusal
+from reconciler.plan.reaction import changed_lanes, reaction_hosts, worth_a_reaction
 from reconciler.plan.steps import Cause
 from reconciler.source.acceptance import Signers, accepted
 from reconciler.source.loadcommit import LoadedCommit, load_commit
@@ -63,6 +64,8 @@ class CommitRun:
     """Lanes whose operation of this commit is in flight."""
     judging: set[str] = field(default_factory=set)
     """Lanes the last cycle of this commit left to their preflight: the commit is not decided before them."""
+    reaction: bool = False
+    """Started by a commit's reaction (its changed lanes alone): only the full cycle after it decides the commit."""
     t0: float = field(default_factory=time.monotonic)
 
     def add(self, results: list[LaneResult]) -> None:
@@ -109,6 +112,10 @@ class CommitDecider:
         self.refused: dict[str, str] | None = None
         """The head refused last ({"commit", "reason"}), None once a head is applied; /status shows it."""
         self._signatures: dict[tuple[str, ...], tuple[bool, str | None, str]] = {}
+        self._previous: LoadedCommit | None = None
+        """The commit the last cycle acted on: a new head's changed lanes are found against it."""
+        self.reacted = False
+        """The last cycle was a commit's reaction: the full cycle is due at once (the daemon kicks it)."""
 
     @property
     def trusted(self) -> str | None:
@@ -157,6 +164,15 @@ class CommitDecider:
                 await self._record(head, "invalid", {"refused": f"invalid state: {exc.describe()}"})
                 self.metrics.record_cycle(time.monotonic() - t0, error=exc.describe())
                 return "invalid"
+            await self._superseded_reactions(head)
+            reaction = self._reaction(loaded) if only_lanes is None else None
+            self.reacted = reaction is not None
+            first = None
+            if reaction is not None:
+                only_lanes, first = reaction
+            elif only_lanes is not None:  # an operator's `lanes reconcile --lane`: its lanes' hosts are probed
+                first = self._hosts_first(only_lanes, loaded, loaded)
+            self._previous = loaded
             self.last_desired = loaded.desired
             self._trusted = head
             if anchor(self.store) != head:
@@ -171,6 +187,7 @@ class CommitDecider:
                     progress=log_progress,
                     judged=self._judged,
                     only_lanes=only_lanes,
+                    first=first,
                 )
             result = self._with_others(result, only_lanes)
             notifications.on_cycle(result, loaded.desired)
@@ -189,11 +206,13 @@ class CommitDecider:
             run = self.open.get(head)
             if result.started or result.judging or run is not None:
                 if run is None:
-                    run = self.open[head] = CommitRun(loaded, result)
+                    run = self.open[head] = CommitRun(loaded, result, reaction=first is not None)
+                elif run.reaction and first is None:  # the full cycle after a reaction: its verdict and probe
+                    run.cycle, run.reaction = result, False
                 run.add(result.results)
                 run.open.update(result.started)
                 run.judging = set(result.judging)
-                if run.open or run.judging:
+                if run.open or run.judging or run.reaction:
                     log.info(
                         "cycle.done",
                         outcome="progressing",
@@ -204,9 +223,44 @@ class CommitDecider:
                     return "progressing"
                 del self.open[head]
                 result = run.merged()
+            elif first is not None:  # a reaction that started nothing: the full cycle decides the commit
+                log.info("cycle.done", outcome="reacted", seconds=round(time.monotonic() - t0, 3))
+                return "progressing"
             return await self._conclude(head, loaded, result, t0)
         finally:
             structlog.contextvars.unbind_contextvars("commit")
+
+    def _reaction(self, loaded: LoadedCommit) -> tuple[frozenset[str], frozenset[str]] | None:
+        """For a new head, the lanes it changes and the hosts to probe before acting on them
+        (`plan.reaction`); None when the full cycle should run at once (the first commit, a resync, a change
+        every lane reads, or one whose hosts are most of the fleet)."""
+        previous = self._previous
+        if self.operations is None or previous is None or previous.commit == loaded.commit:
+            return None
+        lanes = changed_lanes(previous.desired, previous.policies, loaded.desired, loaded.policies)
+        if lanes is None:
+            return None
+        hosts = self._hosts_first(lanes, previous, loaded)
+        if hosts is None:
+            return None
+        log.info("cycle.reaction", lanes=sorted(lanes), hosts=len(hosts))
+        return lanes, hosts
+
+    def _hosts_first(self, lanes: frozenset[str], old: LoadedCommit, new: LoadedCommit) -> frozenset[str] | None:
+        """The hosts a cycle of `lanes` alone probes (the others' recent facts reused), or None: all of them."""
+        hosts = reaction_hosts(lanes, old.desired, new.desired, self.runner.probes.last_seen())
+        return hosts if worth_a_reaction(hosts, new.desired) else None
+
+    async def _superseded_reactions(self, head: str) -> None:
+        """A newer head came before the full cycle of an earlier commit's reaction: that commit is decided by
+        what its operations did, as any commit a newer one overtook (none of its other lanes will be planned)."""
+        for commit, run in list(self.open.items()):
+            if commit == head or not run.reaction:
+                continue
+            run.reaction = False
+            if not run.open and not run.judging:
+                del self.open[commit]
+                await self._conclude(commit, run.loaded, run.merged(), run.t0)
 
     def _with_others(self, result: CycleResult, only_lanes: frozenset[str] | None) -> CycleResult:
         """The cycle's result as the commit's: a full cycle's is kept as the last (the dashboard draws its
@@ -247,7 +301,7 @@ class CommitDecider:
             if self._latest[0] == op.commit:
                 self._latest[1].update({r.lane: r for r in results})
             run.open.difference_update(op.lanes)
-            if not run.open and not run.judging:
+            if not run.open and not run.judging and not run.reaction:
                 del self.open[op.commit]
                 await self._conclude(op.commit, run.loaded, run.merged(), run.t0)
         finally:

@@ -60,10 +60,22 @@ from reconciler.upstream.ancestry import fix_ancestry
 log = structlog.get_logger("lanes.daemon")
 JOB_TIMEOUT_S = 600.0
 FORCED = frozenset(
-    {"resync", "start", "reload", "retry", "store-retry", "blocked-retry", "spec-retry", "window-retry", "operation"}
+    {
+        "resync",
+        "start",
+        "reload",
+        "retry",
+        "store-retry",
+        "blocked-retry",
+        "spec-retry",
+        "window-retry",
+        "operation",
+        "reaction",
+    }
 )
 """Reasons that reconcile even when the head did not move (the hosts or the daemon's footing may have; an
-operation that ended leaves lanes to plan: deferred behind it, or the newest spec after a preemption)."""
+operation that ended leaves lanes to plan: deferred behind it, or the newest spec after a preemption; a
+commit's reaction acted on its changed lanes alone, and the full cycle follows it)."""
 OPERATIONS_STOP_S = 60.0
 """How long a shutdown waits for the operations it cancels to put their last healthy specs back (each restarts
 without waiting for the engine to load): inside the unit's TimeoutStopSec=90s."""
@@ -279,6 +291,8 @@ class Daemon:
             "finished": time.time(),
         }
         self.gateway.kick()  # what the cycle observed or ended may change who serves
+        if self.decider.reacted:
+            self.trigger.kick("reaction")  # the changed lanes are under way: now every host and every lane
         if not self._store_ready():
             return  # records of this cycle are held: the head is reconciled again once they are written
         self.last_head = head

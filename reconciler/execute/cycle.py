@@ -82,6 +82,9 @@ class CycleSettings:
     """The daemon's (or `lanes apply`'s) allowlist of control-node origin folders (execute.localorigin)."""
     preflight: bool = True
     """Parse each lane's arguments with its image's own parser before applying it (execute/preflight.py)."""
+    reaction_max_age_s: float = 330.0
+    """A commit's reaction probes the hosts of the lanes it changes and plans with the other hosts' last
+    observation when it is at most this old (the daemon: a resync interval and a probe's timeout)."""
 
 
 @dataclass
@@ -176,8 +179,10 @@ class CycleRunner:
         wait_backoff: bool = True,
         now: bool = False,
         run_preflight: bool = False,
+        first: frozenset[str] | None = None,
     ) -> tuple[Verdict, ObservedFleet, Plan, dict[str, HostTarget]]:
-        """`now`: a person's override (`lanes apply --now`): no change waits for a change window."""
+        """`now`: a person's override (`lanes apply --now`): no change waits for a change window. `first`: a
+        commit's reaction (`plan.reaction`): only these hosts are probed, the others' recent facts reused."""
         desired = loaded.desired
         answers = self.ancestry(desired, loaded.policies.known_issues) if self.ancestry else None
         targets, _ = self.reach(desired)
@@ -188,6 +193,8 @@ class CycleRunner:
             timeout=self.settings.probe_timeout_s,
             concurrency=self.settings.concurrency,
             memory=self.probes,
+            first=first,
+            max_age_s=self.settings.reaction_max_age_s,
         )
         # Evaluated after the probe: free memory at boot comes from each idle host's MemAvailable when seen,
         # free disk under each model path from the same probe (the model-disk rule).
@@ -253,13 +260,15 @@ class CycleRunner:
         progress: ProgressFn | None = None,
         judged: Callable[[], None] = lambda: None,
         only_lanes: frozenset[str] | None = None,
+        first: frozenset[str] | None = None,
     ) -> CycleResult:
         """The daemon's cycle: plan, observe what needs no transaction, start the rest as operations; never
         wait for one. A lane in flight is left to its operation unless this commit wants another spec of it.
         The preflight runs in the background too (`judged` is told when it ended): a lane whose image has
         not judged its arguments waits for that, with kept verdicts applied here as in `lanes apply`.
-        `only_lanes`: plan and act for these lanes alone (`lanes reconcile --lane`)."""
-        verdict, observed, fleet_plan, targets = await self.observe_and_plan(loaded, only_lanes)
+        `only_lanes`: plan and act for these lanes alone (`lanes reconcile --lane`, a commit's reaction);
+        `first`: the hosts a reaction probes (the others' recent facts are reused)."""
+        verdict, observed, fleet_plan, targets = await self.observe_and_plan(loaded, only_lanes, first=first)
         if self.settings.preflight:
             waiting = unjudged(self.store, loaded.desired, verdict, fleet_plan, targets)
             if waiting:

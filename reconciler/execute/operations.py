@@ -103,6 +103,12 @@ class Operations:
     def preempt(self, lane: str, commit: str) -> bool:
         """End `lane`'s transaction for `commit` at its next safe point (False: it cannot be ended early)."""
         op = self._by_lane.get(lane)
+        if op is not None and op.preempted_by is not None:
+            # Being ended already: a second cancel would land inside its ending (stopping what it started) and
+            # cut that short, losing its record. Two cycles close together both ask (a commit's reaction and
+            # the full cycle after it); the newest spec is planned once the operation ended, either way.
+            op.preempted_by = commit
+            return True
         if op is None or not self.inflight.preempt(lane, commit):
             return False
         op.preempted_by = commit

@@ -163,6 +163,8 @@ class ObservedFleet:
     """The observed hosts of one cycle, by host name."""
 
     hosts: Mapping[str, ObservedHost] = field(default_factory=dict)
+    reused: frozenset[str] = frozenset()
+    """Hosts not probed in this cycle: their last observation, within a bounded age (a commit's reaction)."""
 
     def __iter__(self) -> Iterator[ObservedHost]:
         return iter(self.hosts.values())

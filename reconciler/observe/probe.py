@@ -16,6 +16,7 @@ with that digest and its volatile figures, and the held facts are reused.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 
 from reconciler.errors import LanesError
@@ -38,21 +39,42 @@ class ProbeMemory:
 
     def __init__(self) -> None:
         self._held: dict[str, HeldFacts] = {}
+        self._seen: dict[str, tuple[float, ObservedHost]] = {}
+        """Each host's last observation (the probe's answer, volatile figures included) and when it came
+        (`time.monotonic()`): a commit's reaction plans with them for the hosts it does not probe."""
         self.installs = 0
         """Probe programs sent (first contact, a new version, a missing or corrupt copy): for tests and benches."""
+        self.probed = 0
+        """Hosts probed (one SSH round trip each, two when the program is sent): for tests and benches."""
 
     def get(self, host: str) -> HeldFacts | None:
         return self._held.get(host)
 
-    def hold(self, host: str, facts: HeldFacts) -> None:
+    def hold(self, host: str, facts: HeldFacts, observed: ObservedHost) -> None:
         self._held[host] = facts
+        self._seen[host] = (time.monotonic(), observed)
 
     def forget(self, host: str) -> None:
         self._held.pop(host, None)
+        self._seen.pop(host, None)
 
     def retain(self, hosts: frozenset[str] | set[str]) -> None:
         for gone in set(self._held) - set(hosts):
             del self._held[gone]
+        for gone in set(self._seen) - set(hosts):
+            del self._seen[gone]
+
+    def recent(self, host: str, max_age_s: float) -> ObservedHost | None:
+        """The host's last observation if it came less than `max_age_s` ago (a host that did not answer its
+        last probe has none: it is forgotten)."""
+        seen = self._seen.get(host)
+        if seen is None or time.monotonic() - seen[0] > max_age_s:
+            return None
+        return seen[1]
+
+    def last_seen(self) -> ObservedFleet:
+        """Every host's last observation, however old: where a lane's containers were last seen."""
+        return ObservedFleet({host: observed for host, (_, observed) in self._seen.items()})
 
 
 def lease_file(desired: DesiredState) -> str:
@@ -87,6 +109,7 @@ async def probe_host(
     held = memory.get(target.name)
     where = program_path(desired.fleet.state_dir_on_host)
     args = (paths, lease_file(desired), desired.fleet.hf_cache)
+    memory.probed += 1
     try:
         run = installed_probe_argv("run", where, held.digest if held else None, *args)
         result = await transport.run(target, run, timeout=timeout, check=False)
@@ -98,7 +121,7 @@ async def probe_host(
     except LanesError as exc:
         memory.forget(target.name)
         return ObservedHost.unreachable(target.name, str(exc))
-    memory.hold(target.name, facts)
+    memory.hold(target.name, facts, observed)
     return observed
 
 
@@ -110,16 +133,27 @@ async def observe(
     timeout: float = 30.0,
     concurrency: int = 128,
     memory: ProbeMemory | None = None,
+    first: frozenset[str] | None = None,
+    max_age_s: float = 0.0,
 ) -> ObservedFleet:
+    """Probe every host in `targets`; or, given `first` (a commit's reaction), probe those hosts and take the
+    others' last observation when it is younger than `max_age_s` (a host without one is probed too)."""
     paths = model_paths_by_host(desired)
     gate = asyncio.Semaphore(concurrency)
     memory = memory if memory is not None else ProbeMemory()
     memory.retain(set(targets))
+    reused: dict[str, ObservedHost] = {}
+    if first is not None:
+        for name in targets:
+            recent = None if name in first else memory.recent(name, max_age_s)
+            if recent is not None:
+                reused[name] = recent
 
     async def one(name: str) -> ObservedHost:
         async with gate:
             return await probe_host(transport, targets[name], desired, paths.get(name, []), timeout, memory)
 
-    names = sorted(targets)
+    names = sorted(n for n in targets if n not in reused)
     hosts = await asyncio.gather(*(one(n) for n in names))
-    return ObservedFleet({h.host: h for h in hosts})
+    seen = {**reused, **{h.host: h for h in hosts}}
+    return ObservedFleet({name: seen[name] for name in sorted(seen)}, reused=frozenset(reused))
