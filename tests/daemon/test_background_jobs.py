@@ -15,7 +15,7 @@ from reconciler.daemon.config import load_config
 from reconciler.daemon.control import _reconcile as control_reconcile
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.service import Daemon
-from tests.support.example import EUGR, PRODUCTION, fast_files
+from tests.support.example import EUGR, EUGR_HOSTS, PRODUCTION, fast_files
 from tests.support.gitrepo import StateRepo
 from tests.support.lanesproc import write_config
 from tests.support.net import free_port
@@ -96,11 +96,13 @@ async def test_reconcile_of_one_lane_plans_and_acts_for_that_lane_only(tmp_path:
         await wait_for(lambda: lane_health(db, PRODUCTION) == ("healthy", first), 60, "production applied")
         await wait_for(lambda: daemon.phase.startswith("idle"), 30, "the daemon idle")
         planned: list[set[str]] = []
+        probed_first: list[frozenset[str] | None] = []
         real = daemon.runner.observe_and_plan
 
         async def recording(*args: Any, **kwargs: Any) -> Any:
             out = await real(*args, **kwargs)
             planned.append({lp.lane for lp in out[2].lanes})
+            probed_first.append(kwargs.get("first"))
             return out
 
         daemon.runner.observe_and_plan = recording  # type: ignore[method-assign]
@@ -108,15 +110,18 @@ async def test_reconcile_of_one_lane_plans_and_acts_for_that_lane_only(tmp_path:
         assert answer["lane"] == EUGR
         await wait_for(lambda: bool(planned), 30, "the lane's cycle")
         assert planned == [{EUGR}]  # the planner saw that lane alone
+        assert probed_first == [frozenset(EUGR_HOSTS)]  # and the probe its hosts alone
         await wait_for(lambda: daemon.last_cycle.get("lanes") == [EUGR], 30, "the lane's cycle ending")
         # The commit's record still names every lane (the others from its last full cycle).
         last = daemon.decider.last_result
         assert last is not None and {r.lane for r in last.results} >= {EUGR, PRODUCTION}
-        # A new head is decided in full, whatever asked.
+        # A new head is decided in full, whatever asked: its reaction plans the lane it changes, and the full
+        # cycle right after it every lane.
         planned.clear()
         repo.commit(fast_files(**{EUGR: {"max_num_seqs": 4}}), "eugr: 4 sequences")
-        await wait_for(lambda: bool(planned), 30, "the new head's cycle")
-        assert {EUGR, PRODUCTION} <= planned[0]
+        await wait_for(lambda: len(planned) >= 2, 30, "the new head's reaction and full cycle")
+        assert planned[0] == {EUGR}
+        assert {EUGR, PRODUCTION} <= planned[1]
     finally:
         if daemon is not None and task is not None:
             daemon.request_stop()

@@ -22,6 +22,7 @@ from reconciler.lane import FLAP_LIMIT
 from reconciler.plan.steps import Cause
 from reconciler.sim.registry import DOCKER_HUB, Outage, SimRegistry
 from reconciler.sim.runtime import SimContainerRuntime
+from reconciler.store.lanewriter import BACKOFF_SCALE_ENV
 from reconciler.transport import HostTarget, SSHTransport
 from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PROD_HOSTS, PROD_REPO, PRODUCTION, example_state
 from tests.support.waiting import wait_for
@@ -30,12 +31,19 @@ from tests.transport.sshfake import FakeSSHServer
 
 pytestmark = [pytest.mark.slow]
 
+BACKOFF_SCALE = 0.1
+"""The daemons whose test waits for a passing fault's backoff to run out wait a tenth of it (the errors' own
+waits are asserted in tests/lane and tests/execute): each step of the retry is the real one, sooner."""
+
 
 # -- 1. a host rebooted mid-apply ------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(240)
-async def test_a_host_rebooted_mid_apply_fails_the_lane_cleanly_and_it_converges_by_itself(tmp_path: Path) -> None:
+async def test_a_host_rebooted_mid_apply_fails_the_lane_cleanly_and_it_converges_by_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(BACKOFF_SCALE_ENV, str(BACKOFF_SCALE))  # the daemon's passing-fault waits: 60 s -> 6 s
     async with daemon_world(tmp_path, 301) as w:
         first = w.heads[0]
         old_image = w.image_of(PRODUCTION)
@@ -70,11 +78,11 @@ async def test_a_host_rebooted_mid_apply_fails_the_lane_cleanly_and_it_converges
         assert lane["transient_failures"] == 1
         assert "dgx3 stopped answering" in str(lane["last_error"]), lane["last_error"]
         assert "a rank exited" not in str(lane["last_error"])
-        assert "a passing fault: tried again in 60 s" in str(lane["last_error"])
+        assert f"a passing fault: tried again in {60 * BACKOFF_SCALE:.0f} s" in str(lane["last_error"])
 
         # sshd is back; no `lanes retry`, no kick: the daemon tries the spec again when its backoff ends.
         await w.faults.boot("dgx3")
-        await w.deployed(head, (PRODUCTION,), timeout=150)  # the first backoff of a host fault is 60 s
+        await w.deployed(head, (PRODUCTION,), timeout=90)  # the first backoff of a host fault: 60 s, scaled
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, head, new_image)
         assert w.snapshot(EUGR_HOSTS) == eugr_before
         assert [a["result"] for a in w.applies(PRODUCTION, head)] == ["failed", "applied"]
@@ -311,8 +319,9 @@ async def test_a_replaced_host_key_is_refused_nothing_is_sent_and_status_says_wh
 
 @pytest.mark.timeout(180)
 async def test_the_registry_down_during_a_pull_fails_the_lane_before_any_stop_and_converges_once_it_is_back(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(BACKOFF_SCALE_ENV, str(BACKOFF_SCALE))  # the daemon's passing-fault waits: 30 s -> 3 s
     async with daemon_world(tmp_path, 306) as w:
         first = w.heads[0]
         prod_before = w.snapshot(PROD_HOSTS)
@@ -338,12 +347,12 @@ async def test_the_registry_down_during_a_pull_fails_the_lane_before_any_stop_an
         assert status[PRODUCTION]["health"] == "degraded" and status[PRODUCTION]["commit"] == first
         assert "connection refused" in status[PRODUCTION]["last_error"]
         assert w.lane_row(PRODUCTION)["failed_fingerprint"] is None  # not condemned: retried as is
-        assert "a passing fault: tried again in 30 s" in status[PRODUCTION]["last_error"]
+        assert f"a passing fault: tried again in {30 * BACKOFF_SCALE:.0f} s" in status[PRODUCTION]["last_error"]
 
         for host in PROD_HOSTS:
             w.env.fleet.runtime(host).latency.clear()
         registry.come_back()
-        # No kick: a transient failure is retried by the daemon itself once its backoff (30 s) runs out.
+        # No kick: a transient failure is retried by the daemon itself once its backoff (30 s, scaled) runs out.
         await w.deployed(head, (PRODUCTION,))
         assert w.lane_runs(PRODUCTION, PROD_HOSTS, head, new_image)
         assert w.snapshot(EUGR_HOSTS) == eugr_before
