@@ -14,6 +14,7 @@ import pytest
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.resolver import VersionedResolver
 
 from reconciler.spec.yamlfast import load_safe
 
@@ -44,6 +45,8 @@ env:
 1.5: a float key
 true: a bool key
 null: a null key
+long_number: 1111111111111111111111111111111111111111111111111111111111111111111111111111111111111111
+long_words: a plain scalar longer than the tags kept for short ones, which is resolved every time it is seen
 """
 
 ELSEWHERE = {
@@ -110,3 +113,27 @@ def test_a_plain_document_is_built_without_ruamels_constructor(monkeypatch: pyte
         load_safe(ELSEWHERE["merge"])
     with pytest.raises(AssertionError, match="constructor was used"):
         load_safe(ELSEWHERE["alias"])  # a node used twice: never expanded here
+
+
+def test_a_short_plain_scalars_tag_is_resolved_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    theirs = _ruamel(PLAIN)
+    load_safe(PLAIN)
+    asked: list[str] = []
+    real = VersionedResolver.resolve
+
+    def counting(self: VersionedResolver, kind: Any, value: Any, implicit: Any) -> Any:
+        asked.append(value)
+        return real(self, kind, value, implicit)
+
+    monkeypatch.setattr(VersionedResolver, "resolve", counting)
+    assert load_safe(PLAIN) == theirs
+    # Only what is not a short plain scalar is resolved again: the mappings, the lists, the quoted
+    # scalars and the long ones (ruamel resolves every node of a document each time).
+    assert "tp" not in asked and "0.85" not in asked and "running" not in asked
+    assert [v for v in asked if isinstance(v, str)] == [
+        "0777",
+        "12",
+        "1",
+        PLAIN.split("long_number: ")[1].split(maxsplit=1)[0],
+        PLAIN.split("long_words: ")[1].strip(),
+    ]
