@@ -70,6 +70,8 @@ def flexible_argv(args: list[str]) -> tuple[list[str], list[int]]:
 
 
 def _fold_dotted(words: list[str], origins: list[int]) -> tuple[list[str], list[int]]:
+    if not any(word.startswith("-") and "." in word for word in words):
+        return words, origins  # nothing dotted to fold: most lines
     drop: set[int] = set()
     folded: dict[str, dict[str, Any]] = {}
     first: dict[str, int] = {}

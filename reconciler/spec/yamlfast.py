@@ -21,6 +21,7 @@ import threading
 from typing import Any
 
 import ruamel.yaml.main
+import ruamel.yaml.resolver
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
@@ -29,6 +30,9 @@ from reconciler.spec.yamlresolver import FixedVersionResolver
 
 CParser: Any = getattr(ruamel.yaml.main, "CParser", None)
 """The C parser `YAML(typ="safe")` uses (None without ruamel's C extension: then its pure loader)."""
+
+_DEFAULT_YAML_VERSION: Any = getattr(ruamel.yaml.resolver, "_DEFAULT_YAML_VERSION", (1, 2))
+"""What ruamel resolves and constructs for when nothing says otherwise ((1, 2) in ruamel 0.19)."""
 
 _CORE = "tag:yaml.org,2002:"
 _STR, _MAP, _SEQ = _CORE + "str", _CORE + "map", _CORE + "seq"
@@ -89,6 +93,13 @@ def _loader_class() -> type[Any]:
             _Constructor.__init__(self, loader=self)
             self.allow_duplicate_keys = False
             FixedVersionResolver.__init__(self, version=None, loadumper=self)
+
+        @property
+        def processing_version(self) -> Any:
+            # ruamel's property asks the scanner and the serializer first, which this loader has neither of:
+            # two AttributeErrors raised and caught for every int and float constructed, to come here.
+            version = self._loader_version
+            return _DEFAULT_YAML_VERSION if version is None else version
 
         def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
             # A plain scalar's tag follows from its text alone (the rule table never changes under the C

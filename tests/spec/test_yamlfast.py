@@ -16,6 +16,7 @@ from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.resolver import VersionedResolver
 
+from reconciler.spec import yamlfast
 from reconciler.spec.yamlfast import load_safe
 
 pytestmark = pytest.mark.timeout(60)
@@ -137,3 +138,15 @@ def test_a_short_plain_scalars_tag_is_resolved_once(monkeypatch: pytest.MonkeyPa
         PLAIN.split("long_number: ")[1].split(maxsplit=1)[0],
         PLAIN.split("long_words: ")[1].strip(),
     ]
+
+
+def test_the_loader_reads_ints_and_floats_for_the_yaml_version_ruamel_would() -> None:
+    loader = yamlfast._LOADER(io.StringIO("a: 1\n")) if yamlfast._LOADER is not None else None
+    if loader is None:
+        pytest.skip("no C extension: ruamel's pure loader is used as it is")
+    try:
+        theirs = vars(VersionedResolver)["processing_version"]  # ruamel's own property, as a descriptor
+        assert isinstance(theirs, property) and theirs.fget is not None
+        assert loader.processing_version == theirs.fget(loader) == (1, 2)
+    finally:
+        loader.dispose()
