@@ -15,6 +15,7 @@ host in a 0600 env file that `docker run --env-file` reads.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -212,11 +213,7 @@ def fabric_env(net: RankNet) -> dict[str, str]:
 
 def rank_mounts(ctx: RankContext) -> tuple[Mount, ...]:
     """HF cache read-write, the checkpoint read-only at its own path, then the lane's mounts."""
-    mounts = (
-        Mount(source=ctx.fleet.hf_cache, target=HF_CACHE_TARGET),
-        Mount(source=ctx.model.path, target=ctx.model.path, read_only=True),
-        *ctx.lane.mounts,
-    )
+    mounts = (*_standard_mounts(ctx.fleet.hf_cache, ctx.model.path), *ctx.lane.mounts)
     seen: set[str] = set()
     for index, mount in enumerate(mounts):
         where = _mount_field(index)
@@ -232,6 +229,15 @@ def rank_mounts(ctx: RankContext) -> tuple[Mount, ...]:
             )
         seen.add(mount.target)
     return mounts
+
+
+@functools.lru_cache(maxsize=1024)
+def _standard_mounts(hf_cache: str, model_path: str) -> tuple[Mount, Mount]:
+    """The HF cache and the checkpoint, validated once per pair (mounts are frozen: every rank shares them)."""
+    return (
+        Mount(source=hf_cache, target=HF_CACHE_TARGET),
+        Mount(source=model_path, target=model_path, read_only=True),
+    )
 
 
 def _mount_field(index: int) -> str:

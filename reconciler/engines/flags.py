@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.engines.argvfold import Foldable, fold, foldable
 from reconciler.engines.flagtable import (
     BASE_TYPES,
     ENGINES_WITH_TABLES,
@@ -174,18 +175,24 @@ def _converter(tag: str) -> Callable[[str], object]:
     return str
 
 
-_PARSERS: dict[int, tuple[FlagTable, _Parser]] = {}
+_PARSERS: dict[int, tuple[FlagTable, _Parser, dict[str, Foldable]]] = {}
 """Parsers by the identity of their table: hashing a table (hundreds of frozen flags) on every call cost
-more than parsing (1,600 ranks took 0.5 s of hashing alone). Tables are loaded once and kept."""
+more than parsing (1,600 ranks took 0.5 s of hashing alone). Tables are loaded once and kept. Each with
+the options whose values `argvfold` folds."""
 
 
 def _parser(table: FlagTable) -> _Parser:
+    return _built(table)[1]
+
+
+def _built(table: FlagTable) -> tuple[FlagTable, _Parser, dict[str, Foldable]]:
     known = _PARSERS.get(id(table))
     if known is not None and known[0] is table:
-        return known[1]
+        return known
     parser = _build_parser(table)
-    _PARSERS[id(table)] = (table, parser)
-    return parser
+    built = (table, parser, foldable(parser))
+    _PARSERS[id(table)] = built
+    return built
 
 
 def _build_parser(table: FlagTable) -> _Parser:
@@ -210,6 +217,14 @@ def _build_parser(table: FlagTable) -> _Parser:
 _VERDICTS: dict[tuple[int, tuple[str, ...]], ArgvError | None] = {}
 _VERDICTS_MAX = 8192
 
+Outcome = tuple[str, str | tuple[str, ...]] | None
+"""What argparse answered: None (taken, or --help), ("refused", its sentence) or ("extras", the words it
+did not recognize)."""
+
+_OUTCOMES: dict[tuple[int, tuple[str, ...]], Outcome] = {}
+"""argparse's answers by parser and folded line (`argvfold`): lines that differ only in values argparse
+takes as they come are parsed once, so 1,000 lanes' ranks cost a few parses, not 1,600."""
+
 
 def check_argv(table: FlagTable, argv: Sequence[str]) -> ArgvError | None:
     """argparse's verdict on an engine's own arguments (what follows `serve`/`-m sglang.launch_server`).
@@ -225,24 +240,41 @@ def check_argv(table: FlagTable, argv: Sequence[str]) -> ArgvError | None:
     return verdict
 
 
+def _outcome(table: FlagTable, words: list[str]) -> Outcome:
+    _, parser, options = _built(table)
+    key = (id(parser), fold(words, options, parser._option_string_actions, parser.prefix_chars))
+    if key in _OUTCOMES:
+        return _OUTCOMES[key]
+    outcome: Outcome
+    try:
+        _, extras = parser.parse_known_args(words)
+    except _Refusal as refusal:
+        outcome = ("refused", refusal.message) if refusal.message else None
+    else:
+        outcome = ("extras", tuple(extras)) if extras else None
+    if len(_OUTCOMES) >= _VERDICTS_MAX:
+        _OUTCOMES.clear()
+    _OUTCOMES[key] = outcome
+    return outcome
+
+
 def _judge(table: FlagTable, argv: Sequence[str]) -> ArgvError | None:
     words, origin = list(argv), list(range(len(argv)))
-    parser = _parser(table)
     if table.preprocess == "vllm-flexible":
         try:
             words, origin = flexible_argv(list(argv))
         except ValueError as exc:  # vLLM raises it before argparse runs: a traceback, exit 1
             return ArgvError(str(exc), table.prog, _usage(table), None, None, status=1)
-    try:
-        _, extras = parser.parse_known_args(words)
-    except _Refusal as refusal:
-        if not refusal.message:
-            return None
-        index = _fault(parser, words, refusal.message)
-        at = origin[index] if index is not None else None
-        return ArgvError(refusal.message, table.prog, _usage(table), argv[at] if at is not None else None, at)
-    if not extras:
+    outcome = _outcome(table, words)
+    if outcome is None:
         return None
+    kind, said = outcome
+    if kind == "refused":
+        assert isinstance(said, str)
+        index = _fault(_parser(table), words, said)
+        at = origin[index] if index is not None else None
+        return ArgvError(said, table.prog, _usage(table), argv[at] if at is not None else None, at)
+    extras = list(said)
     message = "unrecognized arguments: " + " ".join(extras)
     index = next((i for i, w in enumerate(words) if w == extras[0]), None)
     at = origin[index] if index is not None else None

@@ -71,7 +71,16 @@ class FlagTable:
     """Read from a published release's wheel, or from the source of the one build it lists."""
 
     def flag(self, option: str) -> Flag | None:
-        return next((f for f in self.flags if option in f.flags), None)
+        return self._by_option.get(option)
+
+    @functools.cached_property
+    def _by_option(self) -> dict[str, Flag]:
+        # Rendering asks for --kv-cache-dtype's choices at every rank: a scan of 300-500 flags each time.
+        out: dict[str, Flag] = {}
+        for f in self.flags:
+            for option in f.flags:
+                out.setdefault(option, f)  # the first flag holding an option string, as the scan found it
+        return out
 
     def choices(self, option: str) -> tuple[Choice, ...] | None:
         """The choices argparse enforces for a flag (None: any value, or no such flag)."""
@@ -146,9 +155,30 @@ def _version(text: str) -> Version | None:
         return None
 
 
+_MATCHES: list[tuple[tuple[FlagTable, ...], dict[tuple[str, str], TableMatch | None]]] = [((), {})]
+"""The shipped tables the answers below were given for, and the answers: rendering and the flag rule ask
+for every rank of every lane (2,600 parses of versions for 1,000 lanes); a different `tables()` (a test's)
+starts afresh."""
+_MATCHES_MAX = 4096
+
+
 def table_for(engine: str, engine_version: str, available: Sequence[FlagTable] | None = None) -> TableMatch | None:
     """The table that judges a lane's flags, by the rule in the module's docstring."""
-    candidates = [t for t in (tables() if available is None else available) if t.engine == engine]
+    if available is not None:
+        return _table_for(engine, engine_version, available)
+    shipped = tables()
+    held, answers = _MATCHES[0]
+    if held is not shipped or len(answers) >= _MATCHES_MAX:
+        answers = {}
+        _MATCHES[0] = (shipped, answers)
+    key = (engine, engine_version)
+    if key not in answers:
+        answers[key] = _table_for(engine, engine_version, shipped)
+    return answers[key]
+
+
+def _table_for(engine: str, engine_version: str, available: Sequence[FlagTable]) -> TableMatch | None:
+    candidates = [t for t in available if t.engine == engine]
     listed = [t for t in candidates if engine_version in t.builds]
     for table in listed:
         if table.read_from == "build":

@@ -36,7 +36,7 @@ SERVED_WITHOUT_MODEL = (
 def flexible_argv(args: list[str]) -> tuple[list[str], list[int]]:
     """The argv argparse sees after vLLM's rewrite, and for each word the index of its origin in `args`."""
     origin = list(range(len(args)))
-    at = next((i for i, word in enumerate(args) if _MODEL.match(word)), None)
+    at = next((i for i, word in enumerate(args) if word.startswith("--model") and _MODEL.match(word)), None)
     if at is not None and (args[at] != "--model" or at + 1 < len(args)):
         tag, rest = (args[at + 1], at + 2) if args[at] == "--model" else (args[at].removeprefix("--model="), at + 1)
         args = [tag, *args[:at], *args[rest:]]
@@ -53,7 +53,9 @@ def flexible_argv(args: list[str]) -> tuple[list[str], list[int]]:
     for i, word in enumerate(args):
         if word.startswith("--"):
             key, eq, value = word.partition("=")
-            words.append(_NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + eq + value)
+            # Without '_' the rewrite leaves the word as it is: no regex for most words.
+            dashed = _NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) if "_" in key else key
+            words.append(dashed + eq + value)
             origins.append(origin[i])
         elif word.startswith("-O") and word != "-O":
             words += ["--optimization-level", word[3:] if word[2:3] == "=" else word[2:]]
@@ -68,6 +70,8 @@ def flexible_argv(args: list[str]) -> tuple[list[str], list[int]]:
 
 
 def _fold_dotted(words: list[str], origins: list[int]) -> tuple[list[str], list[int]]:
+    if not any(word.startswith("-") and "." in word for word in words):
+        return words, origins  # nothing dotted to fold: most lines
     drop: set[int] = set()
     folded: dict[str, dict[str, Any]] = {}
     first: dict[str, int] = {}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -20,7 +19,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from reconciler.errors import InputError
-from reconciler.spec.yamlresolver import FixedVersionResolver
+from reconciler.spec.yamlfast import load_safe
 
 MAX_FILE_BYTES = 1 << 20
 """State files are small; a bigger one is a mistake or an attack."""
@@ -54,26 +53,9 @@ class YamlDoc:
         return line_of(self._rt, loc)
 
 
-_LOADERS = threading.local()
-"""One safe loader per thread, reused: making a `YAML()` globs ruamel's plug-in folder each time, which was a
-third of loading 1,000 lane files (bench/check_scale.py); a loader is reusable but not shared across threads."""
-
-
-def _safe_loader() -> YAML:
-    loader: YAML | None = getattr(_LOADERS, "safe", None)
-    if loader is None:
-        loader = YAML(typ="safe", pure=False)
-        loader.Resolver = FixedVersionResolver  # the C parser's version never changes: look its rules up once
-        _LOADERS.safe = loader
-    return loader
-
-
 def _load(text: str, *, typ: str) -> Any:
     if typ == "safe":
-        try:
-            return _safe_loader().load(io.StringIO(text))
-        except AttributeError:  # no C extension: the pure safe loader
-            return YAML(typ="safe", pure=True).load(io.StringIO(text))
+        return load_safe(text)  # the loader made once, plain documents built directly (`yamlfast`)
     return YAML(typ="rt").load(io.StringIO(text))
 
 

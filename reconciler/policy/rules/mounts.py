@@ -60,12 +60,18 @@ def _why_denied(source: str, deny: tuple[str, ...]) -> str | None:
     return f"{relation} {hit}, which policies/rules.yaml `mounts.deny` keeps out of every container"
 
 
-def _named_paths(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
-    """The model's path, the HF cache and the state directory of a lane, against the same deny list."""
+def _named_paths(
+    ctx: Context, rule: RuleSettings, lane: Lane, denials: dict[tuple[str, tuple[str, ...]], str | None] | None = None
+) -> None:
+    """The model's path, the HF cache and the state directory of a lane, against the same deny list.
+
+    `denials`: what was found for each (path, deny list) at the lanes before, kept by the caller: a thousand
+    lanes name a few models, one HF cache and one state directory."""
     desired = ctx.desired
     fleet = desired.fleet
     policy_deny = tuple(dict.fromkeys(normal(p) for p in rule.strings("deny")))
     with_state = tuple(dict.fromkeys((*policy_deny, normal(fleet.state_dir_on_host))))
+    known = {} if denials is None else denials
     fleet_file = "state/fleet.yaml"
     model = desired.models.get(lane.model)
     named: list[tuple[str, str, str, tuple[str, ...]]] = []
@@ -76,7 +82,10 @@ def _named_paths(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
     named.append((fleet_file, "hf_cache", fleet.hf_cache, with_state))
     named.append((fleet_file, "state_dir_on_host", fleet.state_dir_on_host, policy_deny))
     for where, field, path, deny in named:
-        why = _why_denied(normal(path), deny)
+        key = (path, deny)
+        if key not in known:
+            known[key] = _why_denied(normal(path), deny)
+        why = known[key]
         if why is not None:
             ctx.report(
                 rule,
@@ -90,8 +99,9 @@ def _named_paths(ctx: Context, rule: RuleSettings, lane: Lane) -> None:
 def check_mounts(ctx: Context, rule: RuleSettings) -> None:
     desired = ctx.desired
     fleet = desired.fleet
+    denials: dict[tuple[str, tuple[str, ...]], str | None] = {}
     for lane in desired.lanes.values():
-        _named_paths(ctx, rule, lane)
+        _named_paths(ctx, rule, lane, denials)
     deny = tuple(dict.fromkeys(normal(p) for p in (*rule.strings("deny"), fleet.state_dir_on_host)))
     allow = tuple(
         dict.fromkeys(
