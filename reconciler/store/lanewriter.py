@@ -19,7 +19,6 @@ from reconciler.lane import Effect, Event, LaneState, Retried, StepFailed, trans
 from reconciler.store.journal import Store
 from reconciler.store.lanestate import fields_from_state, state_from_record
 
-
 BACKOFF_SCALE_ENV = "LANES_TEST_BACKOFF_SCALE"
 """Tests only: a factor on the first wait after a passing fault (0.1: a host fault's 60 s is 6 s), read at each
 record, so a test of the daemon trying a spec again on its own waits seconds rather than minutes while every
