@@ -88,3 +88,27 @@ def test_kv_grows_with_length_and_the_fit_search_is_exact(
         assert kv.stage(stage, fits).total <= small.total
         if fits < long:
             assert kv.stage(stage, fits + 1).total > small.total
+
+
+@pytest.mark.parametrize("linear_state_bytes", [1 << 22, 1 << 24])
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_a_counted_hybrids_padded_stage_never_costs_less_at_a_longer_length(linear_state_bytes: int, tp: int) -> None:
+    """The case the property found: one linear and one window-1 layer of three, pipeline stage 0 of 2 under vLLM's
+    unified pages. Ranking the kinds by their cost at each length chose another mix at 4,112 tokens than at 1,
+    and the stage's bound fell by a quarter (16.8 -> 12.6 MB at tp 1), which the fit search cannot take."""
+    arch = Architecture(
+        layers=3,
+        attention="gqa",
+        kv_heads=1,
+        head_dim=64,
+        sliding_window=1,
+        linear_state_bytes=linear_state_bytes,
+        linear_layers=1,
+        sliding_window_layers=1,
+    )
+    kv_settings = KVSettings(engine="vllm", block_size=16, in_flight_tokens=4096, linear_blocks=2, unify_pages=True)
+    kv = KVModel(
+        arch, tp=tp, pp=2, dcp=1, kv_cache_dtype="bf16", params=PARAMS, settings=kv_settings, partition=vllm_split(3, 2)
+    )
+    totals = [kv.stage(0, length).total for length in (1, 16, 4112, 1 << 18)]
+    assert totals == sorted(totals)
