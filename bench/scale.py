@@ -411,9 +411,11 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
         daemon = start_daemon(write_config(tmp, repo, ready, http_port, args.resync_s), log, args.profile, args.memory)
         t0 = time.time()
         tail = LogTail(log)
-        converge_s = math.nan
+        converge_s, first_cycle_rss = math.nan, math.nan
         while math.isnan(converge_s):  # the first cycle that leaves every lane healthy
             cycle = tail.wait_cycle(daemon, args.timeout_s)
+            if math.isnan(first_cycle_rss):  # the cold probe's share of the peak: connections, install, probe
+                first_cycle_rss = proc_status(daemon.pid, "VmHWM")
             rows = status(http_port)["lanes"]
             if all(r["health"] == "healthy" for r in rows) and len(rows) == lanes:
                 converge_s = cycle["ended"] - t0
@@ -473,6 +475,7 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
             "bytes_out_per_host": median(r["bytes_out_per_host"] for r in noop),
             "resync_cpu_s": median(r["cpu_s"] for r in noop),
             "peak_rss_mb": proc_status(daemon.pid, "VmHWM"),
+            "first_cycle_rss_mb": first_cycle_rss,
             "rss_mb": proc_status(daemon.pid, "VmRSS"),
             "idle_cpu_pct": median(100.0 * w["cpu_s"] / (w["end"] - w["start"]) for w in idle),
             "idle_children_cpu_pct": median(100.0 * w["children_cpu_s"] / (w["end"] - w["start"]) for w in idle),
@@ -533,7 +536,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
             f"  {r['hosts']} hosts: simulated fleet up in {r['sim_up_s']:.1f} s; cold probe (new connections) "
             f"{r['cold_probe_s']:.2f} s, {r['unreachable']} unreachable, {r['plan_pending_lanes']} lanes pending; "
             f"cycles timed {cycles}; "
-            f"daemon RSS now {r['rss_mb']:.0f} MB; sim {r['sim_rss_mb']:.0f} MB, "
+            f"daemon peak RSS after its first cycle {r['first_cycle_rss_mb']:.0f} MB, now {r['rss_mb']:.0f} MB; "
+            f"sim {r['sim_rss_mb']:.0f} MB, "
             f"stand-in {r['standin_rss_mb']:.0f} MB; load average {r['load_avg_1m']:.1f}; "
             f"idle over {r['idle_window_s']:.0f} s: daemon {r['idle_cpu_pct']:.3f} %, its children (git fetch) "
             f"{r['idle_children_cpu_pct']:.3f} %, {r['idle_wakeups_per_s']:.2f} wake-ups/s"

@@ -27,7 +27,8 @@ import sqlite_utils
 from reconciler.errors import TransientError
 from reconciler.logsetup import redact
 from reconciler.store.held import HeldWrites
-from reconciler.store.lanerecord import LaneRecord, record_from_row, row_from_fields
+from reconciler.store.jsoncolumns import JsonColumns
+from reconciler.store.lanerecord import JSON_LANE_FIELDS, LaneRecord, record_from_row, row_from_fields
 from reconciler.store.schema import migrate
 from reconciler.store.sqlite import durable, open_db
 
@@ -50,6 +51,7 @@ class Store:
         self._held_lanes: dict[str, dict[str, Any]] = {}
         self._held_commits: dict[str, dict[str, Any]] = {}
         self._decoded: dict[str, tuple[dict[str, Any], LaneRecord]] = {}
+        self._columns = JsonColumns()
 
     def close(self) -> None:
         self.db.conn.close()
@@ -187,12 +189,19 @@ class Store:
         """The row as a LaneRecord, decoded once per change of the row: a resync reads each lane's record
         several times (the plan, the status, the retries, its own observation), and decoding its JSON
         columns (the healthy specs above all) each time was most of what the store cost a no-op resync. A
-        record is a frozen value its readers never change, so one decoded record serves them all."""
-        kept = self._decoded.get(row["name"])
+        record is a frozen value its readers never change, so one decoded record serves them all. A row
+        written again with its JSON unchanged (each cycle writes each lane's row) keeps its decoded JSON
+        (`reconciler.store.jsoncolumns`, for the daemon's RSS)."""
+        name = row["name"]
+        kept = self._decoded.get(name)
         if kept is not None and kept[0] == row:
             return kept[1]
-        rec = record_from_row(row)
-        self._decoded[row["name"]] = (row, rec)
+        decoded: dict[str, Any] = {}
+        for column in JSON_LANE_FIELDS:
+            if text := row.get(column):
+                row[column], decoded[column] = self._columns.decode(name, column, text)
+        rec = record_from_row(row, decoded)
+        self._decoded[name] = (row, rec)
         return rec
 
     def lane(self, name: str) -> LaneRecord | None:
@@ -206,6 +215,7 @@ class Store:
             rows.setdefault(name, {"name": name}).update(held)
         for gone in set(self._decoded) - set(rows):  # kept for lanes that still have a row, no more
             del self._decoded[gone]
+        self._columns.keep_only(set(rows))
         return [self._record(rows[n]) for n in sorted(rows)]
 
     def update_lane(self, name: str, **fields: Any) -> None:

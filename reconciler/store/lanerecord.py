@@ -7,6 +7,7 @@ place; `reconciler.store.schema` creates and migrates the tables it lives in.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,31 +151,39 @@ class LaneRecord:
     error_at: float | None = None
 
 
-def record_from_row(row: dict[str, Any]) -> LaneRecord:
-    """A `lanes` row (held writes merged in) as a LaneRecord; JSON columns decoded."""
+def record_from_row(row: dict[str, Any], decoded: Mapping[str, Any] | None = None) -> LaneRecord:
+    """A `lanes` row (held writes merged in) as a LaneRecord; JSON columns decoded, or taken from `decoded`
+    (by column) where the caller has them decoded already."""
     row = {key: row.get(key) for key in LANE_COLUMNS}
+    known = decoded or {}
+
+    def load(column: str, empty: Any) -> Any:
+        if column in known:
+            return known[column]
+        return json.loads(row[column]) if row[column] else empty
+
     return LaneRecord(
         name=row["name"],
         desired=row["desired"] or "running",
         health=row["health"] or "progressing",
         desired_commit=row["desired_commit"],
         applied_commit=row["applied_commit"],
-        hosts=tuple(json.loads(row["hosts"] or "[]")),
+        hosts=tuple(load("hosts", [])),
         fingerprint=row["fingerprint"],
         last_error=row["last_error"],
         failed_fingerprint=row["failed_fingerprint"],
-        healthy_specs=json.loads(row["healthy_specs"] or "[]"),
+        healthy_specs=load("healthy_specs", []),
         healthy_commit=row["healthy_commit"],
         updated=row["updated"] or 0.0,
-        timings=json.loads(row["timings"] or "{}"),
-        evidence=json.loads(row.get("evidence") or "{}"),
+        timings=load("timings", {}),
+        evidence=load("evidence", {}),
         retry_at=row["retry_at"],
         transient_failures=int(row["transient_failures"] or 0),
-        drift=json.loads(row["drift"]) if row["drift"] else None,
-        healthy_gate=json.loads(row["healthy_gate"]) if row["healthy_gate"] else None,
+        drift=load("drift", None),
+        healthy_gate=load("healthy_gate", None),
         retry_fingerprint=row["retry_fingerprint"],
         held_until=row["held_until"],
-        staging=json.loads(row["staging"]) if row.get("staging") else None,
+        staging=load("staging", None),
         swap_undone=row["swap_undone"],
         **{column: row[column] for column in TYPED_LANE_COLUMNS},
     )
