@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 import pygit2
 import structlog
 
+from reconciler.daemon.commitrun import CommitRun
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.evidencejob import benchmark_changed
 from reconciler.daemon.gate import UnverifiedCommitError
@@ -32,7 +33,7 @@ from reconciler.execute.results import LaneResult, Result
 from reconciler.facts.enginelog import with_engine_words
 from reconciler.notifications import hub as notifications
 from reconciler.notifications.events import Refusal
-from reconciler.plan.reaction import changed_lanes, reaction_hosts, worth_a_reaction
+from reconciler.plan.reaction import hosts_first, reaction
 from reconciler.plan.steps import Cause
 from reconciler.source.acceptance import Signers, accepted
 from reconciler.source.loadcommit import LoadedCommit, load_commit
@@ -50,29 +51,6 @@ def log_progress(event: ProgressEvent) -> None:
     """Every step of every lane transaction as one event (the commit is bound by `decide`)."""
     method = log.warning if event.status == "failed" else log.info
     method(f"lane.{event.step}.{event.status}", lane=event.lane, detail=event.detail)
-
-
-@dataclass
-class CommitRun:
-    """A commit whose lane operations are still in flight: its record is written once the last one ends."""
-
-    loaded: LoadedCommit
-    cycle: CycleResult
-    """The cycle that started them (its verdict and probe)."""
-    results: dict[str, LaneResult] = field(default_factory=dict)
-    open: set[str] = field(default_factory=set)
-    """Lanes whose operation of this commit is in flight."""
-    judging: set[str] = field(default_factory=set)
-    """Lanes the last cycle of this commit left to their preflight: the commit is not decided before them."""
-    reaction: bool = False
-    """Started by a commit's reaction (its changed lanes alone): only the full cycle after it decides the commit."""
-    t0: float = field(default_factory=time.monotonic)
-
-    def add(self, results: list[LaneResult]) -> None:
-        self.results.update({r.lane: r for r in results})
-
-    def merged(self) -> CycleResult:
-        return replace(self.cycle, results=list(self.results.values()), started=(), in_flight=())
 
 
 class CommitDecider:
@@ -171,7 +149,7 @@ class CommitDecider:
             if reaction is not None:
                 only_lanes, first = reaction
             elif only_lanes is not None:  # an operator's `lanes reconcile --lane`: its lanes' hosts are probed
-                first = self._hosts_first(only_lanes, loaded, loaded)
+                first = hosts_first(only_lanes, loaded.desired, loaded.desired, self.runner.probes.last_seen())
             self._previous = loaded
             self.last_desired = loaded.desired
             self._trusted = head
@@ -237,19 +215,11 @@ class CommitDecider:
         previous = self._previous
         if self.operations is None or previous is None or previous.commit == loaded.commit:
             return None
-        lanes = changed_lanes(previous.desired, previous.policies, loaded.desired, loaded.policies)
-        if lanes is None:
-            return None
-        hosts = self._hosts_first(lanes, previous, loaded)
-        if hosts is None:
-            return None
-        log.info("cycle.reaction", lanes=sorted(lanes), hosts=len(hosts))
-        return lanes, hosts
-
-    def _hosts_first(self, lanes: frozenset[str], old: LoadedCommit, new: LoadedCommit) -> frozenset[str] | None:
-        """The hosts a cycle of `lanes` alone probes (the others' recent facts reused), or None: all of them."""
-        hosts = reaction_hosts(lanes, old.desired, new.desired, self.runner.probes.last_seen())
-        return hosts if worth_a_reaction(hosts, new.desired) else None
+        old, new, seen = previous, loaded, self.runner.probes.last_seen()
+        found = reaction(old.desired, old.policies, new.desired, new.policies, seen)
+        if found is not None:
+            log.info("cycle.reaction", lanes=sorted(found[0]), hosts=len(found[1]))
+        return found
 
     async def _superseded_reactions(self, head: str) -> None:
         """A newer head came before the full cycle of an earlier commit's reaction: that commit is decided by

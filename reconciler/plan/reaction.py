@@ -60,3 +60,20 @@ def reaction_hosts(
 def worth_a_reaction(hosts: frozenset[str], new: DesiredState) -> bool:
     """Whether probing `hosts` first is worth a cycle before the full one."""
     return bool(hosts) and len(hosts) <= REACTION_SHARE * len(new.hosts)
+
+
+def hosts_first(
+    lanes: frozenset[str], old: DesiredState, new: DesiredState, last_seen: ObservedFleet
+) -> frozenset[str] | None:
+    """The hosts a cycle of `lanes` alone probes (the others' recent facts reused), or None: all of them."""
+    hosts = reaction_hosts(lanes, old, new, last_seen)
+    return hosts if worth_a_reaction(hosts, new) else None
+
+
+def reaction(
+    old: DesiredState, old_policies: PolicySet, new: DesiredState, new_policies: PolicySet, last_seen: ObservedFleet
+) -> tuple[frozenset[str], frozenset[str]] | None:
+    """A new commit's reaction: the lanes it changes and the hosts to probe first, or None (the full cycle)."""
+    lanes = changed_lanes(old, old_policies, new, new_policies)
+    hosts = None if lanes is None else hosts_first(lanes, old, new, last_seen)
+    return None if lanes is None or hosts is None else (lanes, hosts)

@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.facts.labels import LABEL_LANE, LABEL_MANAGED, LABEL_RANK, MANAGED_VALUE
 from reconciler.facts.observed import ObservedContainer, ObservedFleet, ObservedHost
-from reconciler.plan.reaction import changed_lanes, reaction_hosts, worth_a_reaction
+from reconciler.plan.reaction import changed_lanes, hosts_first, reaction, reaction_hosts, worth_a_reaction
 from reconciler.spec.load import PolicySet
 from tests.support.example import EUGR, EUGR_HOSTS, PROD_HOSTS, PRODUCTION, example_policies, example_state, with_lane
 
@@ -72,3 +72,15 @@ def test_the_hosts_are_the_lanes_in_both_commits_and_where_its_containers_were_s
     assert not worth_a_reaction(frozenset(PROD_HOSTS), moved)  # 4 of 7: the full cycle at once
     assert not worth_a_reaction(frozenset(), moved)
     assert reaction_hosts({PRODUCTION}, old, old, ObservedFleet()) == set(PROD_HOSTS)
+
+
+def test_a_reaction_is_its_changed_lanes_and_their_hosts_or_none(policies: PolicySet) -> None:
+    old = example_state()
+    assert reaction(old, policies, with_lane(old, EUGR, max_num_seqs=4), policies, ObservedFleet()) == (
+        frozenset({EUGR}),
+        frozenset(EUGR_HOSTS),
+    )
+    assert reaction(old, policies, with_lane(old, PRODUCTION, max_num_seqs=4), policies, ObservedFleet()) is None
+    fleet = old.fleet.model_copy(update={"lease_ttl_s": old.fleet.lease_ttl_s + 60})
+    assert reaction(old, policies, replace(old, fleet=fleet), policies, ObservedFleet()) is None
+    assert hosts_first(frozenset({EUGR}), old, old, ObservedFleet()) == frozenset(EUGR_HOSTS)
