@@ -28,7 +28,7 @@ from reconciler.source.notes import read_note
 from tests.rig.lanescli import LANES
 from tests.rig.machine import LANES_ENV
 from tests.rig.rig import Rig
-from tests.support.rollouts import Stream, streaming, until_served
+from tests.support.rollouts import Stream, streaming, until_served, until_settled
 from tests.support.smggateway import Gateway
 from tests.support.waiting import wait_for
 
@@ -139,6 +139,7 @@ async def test_rollouts_through_the_real_gateway_in_front_of_the_rigs_engines(ri
         _only(stream, {200, 503})
         assert stream.statuses()[503] > 0  # the model was away while its engine loaded: said so, with a time
         assert all(a is not None and int(a) >= 1 for s, a, _ in stream.answers if s == 503)
+        await until_settled(gateway, "the holding worker gone", 30, MODEL)
 
         # 2. Blue/green onto rig2, which is free.
         async with streaming(gateway, MODEL) as stream:

@@ -17,9 +17,10 @@ from typing import Any
 
 import httpx
 
+from reconciler.gateway.smg import SmgRouter
 from reconciler.source.loadcommit import load_commit
 from tests.support.example import EUGR, PRODUCTION, fast_files
-from tests.support.smggateway import Gateway
+from tests.support.smggateway import KEY, Gateway
 from tests.support.waiting import wait_for
 from tests.support.world import World, control_world
 
@@ -85,6 +86,28 @@ async def until_served(gateway: Gateway, what: str, timeout: float = 60, model: 
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}")
             await asyncio.sleep(0.2)
+
+
+async def until_settled(gateway: Gateway, what: str, timeout: float = 30, model: str = MODEL) -> None:
+    """Until the gateway lists the model's engines alone: a model back from an in-place change keeps its holding
+    worker registered until SMG lists the engine ready (add-first), and a request in between may still get the
+    holding answer. A test that counts every answer after that starts here."""
+    router = SmgRouter(gateway.url, KEY)
+
+    async def settled() -> bool:
+        with contextlib.suppress(Exception):
+            mine = [w for w in await router.list_workers() if w.model == model and not w.leaving]
+            return bool(mine) and all("/hold/" not in w.url and w.status == "ready" for w in mine)
+        return False
+
+    try:
+        deadline = time.monotonic() + timeout
+        while not await settled():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            await asyncio.sleep(0.2)
+    finally:
+        await router.aclose()
 
 
 def commit(world: World, gateway: Gateway, message: str, analysis: str, **changes: Any) -> str:
