@@ -218,7 +218,15 @@ async def test_a_swap_whose_new_image_cannot_be_pulled_never_stops_the_old_lane(
     unreachable = world.image("next-outage", load_s=0.5)
     world.fleet.registry.go_down()
     head = swap_commit(world, unreachable, "move dgx1-4 to the next build (the registry is down)")
-    await wait_for(lambda: "the swap did not begin" in str(world.lane_row(NEXT).get("last_error")), 60, "refused")
+    # The taking lane's record is written first, the giving lane's right after it (execute/swap.py): both.
+    await wait_for(
+        lambda: (
+            "the swap did not begin" in str(world.lane_row(NEXT).get("last_error"))
+            and "kept serving: the swap to" in str(world.lane_row(PRODUCTION).get("last_error"))
+        ),
+        60,
+        "refused, both lanes saying so",
+    )
     # Pulled before anything stopped: the production lane's very containers still run, and it says why.
     assert {b.name: b.id for h in PROD_HOSTS for b in world.containers(h) if PRODUCTION in b.name} == ids
     assert ranks(world, NEXT) == []
