@@ -44,8 +44,6 @@ class ProbeMemory:
         (`time.monotonic()`): a commit's reaction plans with them for the hosts it does not probe."""
         self.installs = 0
         """Probe programs sent (first contact, a new version, a missing or corrupt copy): for tests and benches."""
-        self.probed = 0
-        """Hosts probed (one SSH round trip each, two when the program is sent): for tests and benches."""
 
     def get(self, host: str) -> HeldFacts | None:
         return self._held.get(host)
@@ -109,7 +107,6 @@ async def probe_host(
     held = memory.get(target.name)
     where = program_path(desired.fleet.state_dir_on_host)
     args = (paths, lease_file(desired), desired.fleet.hf_cache)
-    memory.probed += 1
     try:
         run = installed_probe_argv("run", where, held.digest if held else None, *args)
         result = await transport.run(target, run, timeout=timeout, check=False)

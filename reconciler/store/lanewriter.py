@@ -29,7 +29,11 @@ def _scaled(event: Event) -> Event:
     raw = os.environ.get(BACKOFF_SCALE_ENV)
     if not raw or not isinstance(event, StepFailed) or not event.delay_s:
         return event
-    return replace(event, delay_s=event.delay_s * float(raw))
+    try:
+        scale = float(raw)
+    except ValueError:
+        return event  # a test knob set wrong must not cost a lane its record
+    return replace(event, delay_s=event.delay_s * scale) if 0 < scale <= 1 else event
 
 
 def current(store: Store, lane: str) -> LaneState:
