@@ -146,6 +146,8 @@ async def test_a_denied_commit_leaves_the_previous_lanes_running(running: Runnin
     for host in ("dgx1", "dgx2", "dgx3", "dgx4"):
         names = [n for n, c in running.env.fleet.runtime(host).containers.items() if c.status == "running"]
         assert names == [f"lanes-{PRODUCTION}-r{int(host[-1]) - 1}"]
+    # The journal's row is written before the git note (`_record`): the note follows it.
+    await wait_for(lambda: read_note(running.daemon.mirror.repo, denied) is not None, 10, "the commit's note")
     note = read_note(running.daemon.mirror.repo, denied)
     assert note is not None and "denied" in note and "image-digest" in note
     store.close()
