@@ -30,8 +30,8 @@ class Sent:
 class Recording:
     inner: Transport
     sent: dict[str, list[Sent]] = field(default_factory=dict)
-    _seen: set[int] = field(default_factory=set)
-    _alive: list[Session] = field(default_factory=list)  # keeps ids unique while they are compared
+    sessions: dict[str, list[Session]] = field(default_factory=dict)
+    """Every session the transport handed out, per host, in order (held: their ids stay unique)."""
 
     async def run(
         self,
@@ -48,9 +48,9 @@ class Recording:
 
     async def session(self, host: HostTarget, argv: Sequence[str], *, timeout: float = 30.0) -> Session:
         inner = await self.inner.session(host, argv, timeout=timeout)
-        if id(inner) not in self._seen:
-            self._seen.add(id(inner))
-            self._alive.append(inner)
+        opened = self.sessions.setdefault(host.name, [])
+        if not any(inner is s for s in opened):
+            opened.append(inner)
             self._add(host, Sent("open", list(argv), None))
         return RecordedSession(inner, self, host)
 
