@@ -17,6 +17,7 @@ are the transport's, shared here by every implementation (SSH, local; each suppl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -63,8 +64,11 @@ class LineSession:
         argv: tuple[str, ...],
         pipe: Pipe,
         on_close: Callable[[LineSession], None] | None = None,
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.host = host
+        self._slots = slots
+        """The transport's bound on commands in flight: a request holds one while it waits for its answer."""
         self.argv = argv
         self.pipe = pipe
         self._on_close = on_close
@@ -88,8 +92,8 @@ class LineSession:
     async def request(self, line: str, *, timeout: float, limit: int) -> str:
         """Send `line` (one line, ending in a newline) and return the answer line without its newline.
 
-        The timeout starts once this request holds the session, as a command's starts once it holds a
-        slot: waiting behind another request on the same host is not this host being slow."""
+        The timeout starts once this request holds the session (and a slot of its transport), as a command's
+        starts once it holds a slot: waiting behind another request is not this host being slow."""
         if not line.endswith("\n") or "\n" in line[:-1]:
             raise ValueError("a request is exactly one line ending in a newline")
         data = line.encode("utf-8")
@@ -99,7 +103,7 @@ class LineSession:
                 # is the caller's to ask for.
                 raise HostUnreachableError(self.host.name, f"the session of {self.argv[0]} closed before the request")
             try:
-                async with asyncio.timeout(timeout):
+                async with self._slots or contextlib.nullcontext(), asyncio.timeout(timeout):
                     answer = await self._exchange(data, limit)
             except TimeoutError:
                 await self.close()

@@ -140,7 +140,7 @@ class SSHTransport:
                         pipe = await self._open_session(host, args)
                 except TimeoutError:
                     raise timed_out(host, args, timeout) from None
-            opened = LineSession(host, args, pipe, on_close=self._session_closed)
+            opened = LineSession(host, args, pipe, on_close=self._session_closed, slots=self._slots)
             self._sessions[key] = opened
             return opened
 
