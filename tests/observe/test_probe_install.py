@@ -36,7 +36,7 @@ VOLATILE_ANSWER = {"probe_version", "digest", "unchanged", "time", "meminfo", "d
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[DemoEnv]:
-    async with running_sparks(loaded(fast(example_state())), tmp_path / "simwork", base_address="127.52.27.") as env:
+    async with running_sparks(loaded(fast(example_state())), tmp_path / "simwork", base_address="127.52.37.") as env:
         yield env
 
 

@@ -31,7 +31,7 @@ LINE = request_line(None, ["/srv/models/x"], f"{STATE}/lease.json", "/srv")
 
 @pytest.fixture
 async def fleet(registry: SimRegistry, tmp_path: Path) -> AsyncIterator[SimFleet]:
-    async with SimFleet(["spark1"], base_address="127.77.9.", registry=registry, work_dir=tmp_path / "f") as fleet:
+    async with SimFleet(["spark1"], base_address="127.79.27.", registry=registry, work_dir=tmp_path / "f") as fleet:
         yield fleet
 
 
