@@ -6,12 +6,15 @@ that probe, with the reason, and the next probe opens a fresh session."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from reconciler.execute.cycle import targets_for
+from reconciler.facts import commands as fc
+from reconciler.facts import probe_program
 from reconciler.facts.commands import PROBE_MARKER
 from reconciler.facts.observed import ObservedFleet
 from reconciler.observe import probe
@@ -118,3 +121,26 @@ async def test_an_oversized_answer_is_refused(env: DemoEnv, monkeypatch: pytest.
     back = await _observe(env, wire, memory)
     assert all(h.reachable for h in back.hosts.values())
     assert {h: _kinds(s) for h, s in wire.take().items()} == {h: ["open", "request"] for h in hosts}
+
+
+async def test_a_session_running_another_version_of_the_program_is_not_used(
+    env: DemoEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wire, memory, hosts = await _with_sessions(env)
+    old = {h: wire.sessions[h][-1] for h in hosts}
+    # A new lanes version: another program, hence another hash and another installed copy's name.
+    newer = fc.PROBE_SCRIPT + "# a newer lanes\n"
+    digest = hashlib.sha256(newer.encode()).hexdigest()
+    for module in (probe_program, fc):
+        monkeypatch.setattr(module, "PROBE_PROGRAM_SHA256", digest)
+    monkeypatch.setattr(probe, "PROBE_SCRIPT", newer)
+    upgraded = await _observe(env, wire, memory)
+    assert all(h.reachable for h in upgraded.hosts.values())
+    sent = wire.take()
+    # Each host's old session is closed, never asked; the new copy is installed and its session opens next.
+    assert {h: [s.kind for s in sent[h]] for h in hosts} == {h: ["open", "request", "run"] for h in hosts}
+    assert all(digest in sent[h][0].argv[-1] for h in hosts)
+    assert all(old[h].closed and old[h].answered == 1 for h in hosts)
+    again = await _observe(env, wire, memory)
+    assert all(h.reachable for h in again.hosts.values())
+    assert {h: [s.kind for s in s_] for h, s_ in wire.take().items()} == {h: ["open", "request"] for h in hosts}
