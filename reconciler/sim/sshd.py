@@ -41,6 +41,11 @@ from reconciler.sim.sharedclient import SharedStandinClient
 log = logging.getLogger(__name__)
 
 
+MAX_SESSIONS = 10
+"""sshd's default MaxSessions (sshd_config(5)): open sessions (channels) per connection. A hardened host may set
+fewer (CIS benchmarks ask for 4 or less); `SimHost.max_sessions` stages that."""
+
+
 class SimTarget(NamedTuple):
     """Where a simulated host answers SSH: what a fleet file would say about it."""
 
@@ -55,6 +60,23 @@ class _Server(asyncssh.SSHServer):
     def __init__(self, host: SimHost) -> None:
         self._host = host
         self._conn: asyncssh.SSHServerConnection | None = None
+        self._sessions = 0
+
+    def session_requested(self) -> asyncssh.SSHServerProcess[str]:
+        # sshd refuses a connection's session past MaxSessions (10 unless sshd_config says otherwise,
+        # sshd_config(5)) with "administratively prohibited" and the text "open failed" (OpenSSH serverloop.c,
+        # server_input_channel_open), until one of them closes.
+        if self._sessions >= self._host.max_sessions:
+            raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, "open failed")
+        self._sessions += 1
+        self._host.most_sessions = max(self._host.most_sessions, self._sessions)
+        return asyncssh.SSHServerProcess(self._counted, None, 0, False)
+
+    async def _counted(self, process: asyncssh.SSHServerProcess[str]) -> None:
+        try:
+            await self._host.handle(process)
+        finally:
+            self._sessions -= 1
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
@@ -108,6 +130,10 @@ class SimHost:
         SSH framing)."""
         self.bytes_out = 0
         """Bytes of every stdout and stderr sent back."""
+        self.max_sessions = MAX_SESSIONS
+        """Sessions one connection may hold open at once (sshd's MaxSessions)."""
+        self.most_sessions = 0
+        """The most sessions one connection held open at once: a client that bounds its channels stays under."""
         self._acceptor: asyncssh.SSHAcceptor | None = None
 
     @property
@@ -123,8 +149,6 @@ class SimHost:
                 sock=sock,
                 server_factory=lambda: _Server(self),
                 server_host_keys=[self.host_key],
-                process_factory=self._handle,
-                allow_scp=False,
             )
         except BaseException:
             sock.close()
@@ -141,7 +165,7 @@ class SimHost:
             await conn.wait_closed()
         self.connections.clear()
 
-    async def _handle(self, process: asyncssh.SSHServerProcess[str]) -> None:
+    async def handle(self, process: asyncssh.SSHServerProcess[str]) -> None:
         command = process.command
         if command is None:
             process.stderr.write("sim: no interactive shell on a simulated host\n")

@@ -55,6 +55,14 @@ fleet was most of its idle CPU (every 60 s, 130-180 ms in a burst: 0.25-0.3 % of
 15 s, 3 %). A TCP probe costs the daemon nothing and keeps NAT and firewall state alive as well."""
 
 
+COMMANDS_PER_HOST = 8
+"""Commands one host runs at once over its connection. sshd refuses a connection's session past MaxSessions
+(10 by default, sshd_config(5)) with "open failed"; the host's probe session holds one for good, and one is left
+spare for a probe session reopening while its old channel closes. A command past the bound waits its turn (its
+timeout starts when it runs), where it would have failed. Hosts hardened below the default (CIS: MaxSessions 4)
+need `max_per_host` lowered to their MaxSessions less two."""
+
+
 class _StaleConnectionError(Exception):
     """The pooled connection died before our channel opened: safe to reconnect."""
 
@@ -68,6 +76,7 @@ class SSHTransport:
         client_keys: Sequence[Path],
         *,
         max_concurrency: int = 64,
+        max_per_host: int = COMMANDS_PER_HOST,
         connect_timeout: float = 10.0,
         keepalive_idle_s: int = KEEPALIVE_IDLE_S,
         keepalive_interval_s: int = KEEPALIVE_INTERVAL_S,
@@ -80,6 +89,8 @@ class SSHTransport:
         self._connect_timeout = connect_timeout
         self._keepalive = (keepalive_idle_s, keepalive_interval_s, keepalive_count)
         self._slots = asyncio.Semaphore(max_concurrency)
+        self._max_per_host = max_per_host
+        self._host_slots: dict[_PoolKey, asyncio.Semaphore] = {}
         self._conns: dict[_PoolKey, asyncssh.SSHClientConnection] = {}
         self._locks: dict[_PoolKey, asyncio.Lock] = {}
         self._pinned: tuple[str, asyncssh.SSHKnownHosts] | None = None  # the file's text, parsed
@@ -102,7 +113,9 @@ class SSHTransport:
     ) -> CommandResult:
         command_line(argv)  # refuse a bad argv before waiting for a slot
         args = tuple(argv)
-        async with self._slots:
+        host_slots = self._host_slots.setdefault(_pool_key(host), asyncio.Semaphore(self._max_per_host))
+        # The host's own bound first: a command waiting for its host holds none of the fleet's slots.
+        async with host_slots, self._slots:
             started = time.monotonic()
             # The timeout starts once we hold a slot: waiting behind other
             # hosts' commands is not this host being unreachable.
