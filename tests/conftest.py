@@ -4,6 +4,9 @@ Typer builds an app's whole click command tree on every `CliRunner.invoke` (it e
 string annotations: about 0.2 s for lanes' tree, more than a `lanes check` of the example fleet costs), while
 the `lanes` program builds it once per process. The tree is a pure function of the app, so the tests build it
 once per app too: the hostile-input property tests alone invoke the CLI hundreds of times.
+
+The property tests' example counts come from a hypothesis profile (`tests.support.properties`), loaded here,
+before any test module's `@settings` is evaluated.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import typer.testing
 from typer._click import Command
 from typer.main import Typer
 from typer.main import get_command as _build
+
+from tests.support import properties
 
 _built: dict[int, tuple[Typer, Command]] = {}
 
@@ -24,6 +29,11 @@ def _command(typer_instance: Typer) -> Command:
 
 
 typer.testing._get_command = _command  # type: ignore[attr-defined]  # typer's test runner's one builder of the tree
+_profile = properties.load()
+
+
+def pytest_report_header() -> str:
+    return f"lanes hypothesis profile: {_profile} ({properties.PROFILE_ENV})"
 
 
 def pytest_sessionfinish(session: object, exitstatus: int) -> None:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from reconciler.cli.main import app
 from tests.support.example import GLM, MINIMAX, PRODUCTION, ROOT, repo_files
 from tests.support.gitrepo import commit_files, make_repo
+from tests.support.properties import examples
 
 pytestmark = pytest.mark.timeout(120)
 runner = CliRunner()
@@ -158,7 +159,7 @@ def mutate(data: bytes, how: str, path: str, salt: int) -> bytes:
     return bytes([0xFF, 0xFE, salt % 256]) + data
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(target=st.sampled_from(TARGETS), how=st.sampled_from(MUTATIONS), salt=st.integers(0, 10_000))
 def test_random_mutations_of_valid_yaml_exit_2_with_file_and_field(target: str, how: str, salt: int) -> None:
     files = repo_files()

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from reconciler.cli.main import app
 from tests.support.example import repo_files
+from tests.support.properties import examples
 
 pytestmark = pytest.mark.timeout(300)
 runner = CliRunner()
@@ -113,7 +114,9 @@ def make_repo(path: Path, files: dict[str, bytes], links: dict[str, str]) -> Non
     repo.create_commit("HEAD", who, who, "hostile", index.write_tree(repo), [])
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(tree=hostile_trees())
 def test_hostile_state_repos_exit_0_1_or_2_never_a_traceback(tree: tuple[dict[str, bytes], dict[str, str]]) -> None:
     files, links = tree
@@ -155,7 +158,7 @@ class Recorder:
 
 
 @settings(
-    max_examples=100,
+    max_examples=examples(100),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )

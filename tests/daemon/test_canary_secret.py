@@ -29,7 +29,7 @@ import pytest
 from typer.testing import CliRunner
 
 from reconciler.cli.main import app
-from tests.support.example import EUGR, PROD_HOSTS, PRODUCTION, fast_files
+from tests.support.example import EUGR, NEVER_READY_HEALTH, PROD_HOSTS, PRODUCTION, fast_files
 from tests.support.gitrepo import StateRepo
 from tests.support.lanesproc import Child, end_process, spawn_daemon, write_config
 from tests.support.net import free_port
@@ -111,8 +111,9 @@ async def test_a_canary_secret_appears_only_in_the_hosts_env_files(tmp_path: Pat
         broken = env.fleet.registry.add(
             "aidendle94/sparkrun-sglang-dsv41-gb10:broken", env={"STANDIN_NEVER_HEALTHY": "1"}
         ).pinned
+        spec = {"bench_profile": "quick", "max_num_seqs": 4, "image": broken, "health": NEVER_READY_HEALTH}
         repo.commit(
-            fast_files(**{**quick, PRODUCTION: {"bench_profile": "quick", "max_num_seqs": 4, "image": broken}}),
+            fast_files(**{**quick, PRODUCTION: spec}),
             "production: an image that never gets healthy",
         )
         await wait_for(lambda: rolled_back(db, PRODUCTION), 90, "the rollback of the broken image")

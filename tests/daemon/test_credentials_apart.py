@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, PRODUCTION
+from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, NEVER_READY_HEALTH, PRODUCTION
 from tests.support.lanesproc import Child, end_process, write_config
 from tests.support.net import free_port
 from tests.support.storeview import lane_health
@@ -66,7 +66,11 @@ async def test_a_lane_cannot_name_the_webhook_secret_and_log_tails_are_stored_re
             "a lane asks for the daemon's webhook secret; another prints its token and fails",
             {
                 PRODUCTION: {"secrets": [{"name": "webhook-secret", "env": "HF_TOKEN"}]},
-                EUGR: {"image": talks, "secrets": [{"name": "hf-token", "env": "HF_TOKEN"}]},
+                EUGR: {
+                    "image": talks,
+                    "secrets": [{"name": "hf-token", "env": "HF_TOKEN"}],
+                    "health": NEVER_READY_HEALTH,
+                },
             },
         )
         where = tmp_path / "daemon"

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from reconciler.engines import flags
 from reconciler.engines.argvfold import PLACEHOLDER, fold, foldable
 from reconciler.engines.flags import ArgvError, FlagTable, check_argv, load_table, tables
+from tests.support.properties import examples
 
 from .test_flags import _doc, _vllm
 
@@ -212,7 +213,7 @@ def _alone(table: FlagTable, line: list[str]) -> ArgvError | None:
     return check_argv(table, line)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(two_lines())
 def test_a_line_judged_through_folded_answers_gets_argparses_own_verdict(
     drawn: tuple[FlagTable, list[str], list[str]],

@@ -19,6 +19,7 @@ from reconciler.engines.flags import Flag, FlagTable, check_argv, engine_argv, t
 from reconciler.errors import InputError
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
 from tests.support.example import example_state
+from tests.support.properties import examples
 
 from .conftest import IMAGE, LaneFactory
 
@@ -164,7 +165,7 @@ def drawn_lanes(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=drawn_lanes(), typo=st.text("qxz", min_size=2, max_size=6))
 def test_drawn_lanes_render_what_the_engine_takes_and_a_bad_flag_is_refused(
     make_lane: LaneFactory,

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from reconciler.engines import render_lane
 from reconciler.facts.docker import run_argv
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
+from tests.support.properties import examples
 
 from .conftest import COMMIT, IMAGE, LaneFactory
 
@@ -32,7 +33,7 @@ engines = st.sampled_from(
 )
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     engine=engines,
     args=st.lists(text, max_size=5),

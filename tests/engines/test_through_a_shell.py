@@ -26,6 +26,7 @@ from reconciler.facts.commands import envfile_argv, lease_argv, probe_argv
 from reconciler.facts.docker import run_argv
 from reconciler.spec import FleetDefaults, Host, Lane, ModelSpec
 from reconciler.transport.base import command_line
+from tests.support.properties import examples
 
 from .conftest import COMMIT, LaneFactory
 
@@ -118,7 +119,7 @@ def records(raw: bytes) -> list[list[str]]:
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     engine=engines,
     description=word,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, fast_files
+from tests.support.example import EUGR, EUGR_HOSTS, EUGR_REPO, NEVER_READY_HEALTH, fast_files
 from tests.support.gitrepo import StateRepo
 from tests.support.lanesproc import run_lanes
 from tests.support.world import control_world
@@ -33,7 +33,8 @@ async def test_lanes_apply_prints_rank_logs_with_the_secret_redacted(tmp_path: P
         talks = world.fleet.registry.add(
             f"{EUGR_REPO}:prints-its-token", env={"STANDIN_NEVER_HEALTHY": "1", "STANDIN_LOG_ENV": "HF_TOKEN"}
         ).pinned
-        files = fast_files(**{EUGR: {"image": talks, "secrets": [{"name": "hf-token", "env": "HF_TOKEN"}]}})
+        secret = [{"name": "hf-token", "env": "HF_TOKEN"}]
+        files = fast_files(**{EUGR: {"image": talks, "secrets": secret, "health": NEVER_READY_HEALTH}})
         # The CLI reaches hosts at their state addresses: point them at the simulated Sparks.
         targets = world.fleet.targets
         for name, target in targets.items():

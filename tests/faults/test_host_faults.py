@@ -168,9 +168,12 @@ async def test_a_host_that_faults_during_every_gate_is_retried_then_condemned_at
 
 
 @pytest.mark.timeout(180)
-async def test_a_link_cut_during_the_pull_keeps_the_old_ranks_and_the_resync_converges_after(tmp_path: Path) -> None:
+async def test_a_link_cut_during_the_pull_keeps_the_old_ranks_and_the_resync_converges_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A 10 s resync: it is what retries the lane here. Every state checked below also holds after a cycle
     # that runs while the link is still cut (the lane is then blocked, which changes nothing).
+    monkeypatch.setenv(BACKOFF_SCALE_ENV, str(BACKOFF_SCALE))  # the unreachable pull's backoff: 30 s -> 3 s
     async with daemon_world(tmp_path, 302, resync_s=10) as w:
         first = w.heads[0]
         old_image = w.image_of(EUGR)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.notifications.events import cycle_events
-from tests.support.example import EUGR, EUGR_REPO, PROD_HOSTS, PROD_REPO, PRODUCTION, with_lane
+from tests.support.example import EUGR, EUGR_REPO, NEVER_READY_HEALTH, PROD_HOSTS, PROD_REPO, PRODUCTION, with_lane
 from tests.support.sparks import loopback
 from tests.support.world import cycle_world, sim_world
 
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 async def test_a_denied_lane_and_a_failed_first_deploy(tmp_path: Path) -> None:
     async with sim_world(tmp_path, loopback(951)) as w:
         broken = w.fleet.registry.add(f"{EUGR_REPO}:never", env={"STANDIN_NEVER_HEALTHY": "1"}).pinned
-        state = with_lane(w.state, EUGR, image=broken)
+        state = with_lane(w.state, EUGR, image=broken, health=NEVER_READY_HEALTH)
         state = with_lane(state, PRODUCTION, image=f"{PROD_REPO}:latest")
         result = await w.cycle(state)
         events = {e.kind: e for e in cycle_events(result, state)}

@@ -14,7 +14,16 @@ from reconciler.daemon.config import load_config
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.service import Daemon
 from reconciler.source.loadcommit import load_commit
-from tests.support.example import EUGR, EUGR_REPO, PRODUCTION, example_state, fast, fast_files, loaded
+from tests.support.example import (
+    EUGR,
+    EUGR_REPO,
+    NEVER_READY_HEALTH,
+    PRODUCTION,
+    example_state,
+    fast,
+    fast_files,
+    loaded,
+)
 from tests.support.gitrepo import StateRepo
 from tests.support.lanesproc import write_config
 from tests.support.net import free_port
@@ -44,7 +53,10 @@ async def test_a_first_rollout_that_never_gets_ready_is_told_as_failed(tmp_path:
             await d.start()
             await w.deployed(start, (PRODUCTION,))
             never = w.fleet.registry.add(f"{EUGR_REPO}:never", env={"STANDIN_NEVER_HEALTHY": "1"}).pinned
-            first = w.commit("eugr: its first start, on an engine that never gets ready", {EUGR: {"image": never}})
+            first = w.commit(
+                "eugr: its first start, on an engine that never gets ready",
+                {EUGR: {"image": never, "health": NEVER_READY_HEALTH}},
+            )
 
             def told() -> list[str]:
                 return [g.text for g in receivers.got if f"{EUGR} rollout failed ({first[:12]})" in g.text]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.example import EUGR, EUGR_REPO, PROD_HOSTS, PROD_REPO, PRODUCTION
+from tests.support.example import EUGR, EUGR_REPO, NEVER_READY_HEALTH, PROD_HOSTS, PROD_REPO, PRODUCTION
 from tests.support.receivers import Blackhole, Got, Receivers
 from tests.support.waiting import wait_for
 from tests.support.world import control_world
@@ -101,7 +101,9 @@ async def test_denied_rolled_back_and_unreachable_reach_every_routed_receiver_on
 
             # 2. A rollout that never gets healthy: eugr is rolled back.
             broken = world.fleet.registry.add(f"{EUGR_REPO}:never", env={"STANDIN_NEVER_HEALTHY": "1"}).pinned
-            failed = world.commit("eugr: an engine that never gets ready", {EUGR: {"image": broken}})
+            failed = world.commit(
+                "eugr: an engine that never gets ready", {EUGR: {"image": broken, "health": NEVER_READY_HEALTH}}
+            )
             await heard(receivers, chat, "rolled back", EUGR, timeout=120)
             for kind in chat:
                 text = about(receivers.of(kind), "rolled back", EUGR)[0].text

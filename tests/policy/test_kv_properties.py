@@ -17,6 +17,7 @@ from reconciler.policy.enginekv import KVSettings
 from reconciler.policy.kv import KVModel, KVParams
 from reconciler.policy.stages import sglang_split, vllm_split
 from reconciler.spec.model import Architecture
+from tests.support.properties import examples
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,7 +46,7 @@ def hybrids(draw: st.DrawFn) -> Architecture:
     return Architecture(**fields)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     hybrids(),
     st.sampled_from([1, 2, 4]),

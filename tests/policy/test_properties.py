@@ -14,6 +14,7 @@ from reconciler.policy.kv import KVModel, KVParams
 from reconciler.spec.lane import Lane
 from reconciler.spec.load import DesiredState
 from reconciler.spec.model import Architecture, ModelSpec
+from tests.support.properties import examples
 
 from .builders import DIGEST, SHA, host, repo_policies, state
 
@@ -121,7 +122,7 @@ def states(draw: st.DrawFn) -> DesiredState:
     return state(hosts, models, [draw(lanes(i)) for i in range(count)])
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(states())
 def test_random_states_never_crash(desired: DesiredState) -> None:
     verdict = evaluate(desired, POLICIES)
@@ -142,7 +143,7 @@ def test_random_states_never_crash(desired: DesiredState) -> None:
     json.dumps(verdict.to_json())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     architectures(),
     st.sampled_from([1, 2, 4, 8]),

@@ -33,6 +33,11 @@ FAST_HEALTH = Health(
 ).model_dump()
 """Readiness timeouts and polls for tests, which do not wait like a 20-minute model load."""
 
+NEVER_READY_HEALTH = {**FAST_HEALTH, "ready_timeout_s": 2}
+"""For a spec whose engine listens but never answers /health 200 (`STANDIN_NEVER_HEALTHY`): its gate ends at the
+health timeout whatever its length, and a test of what follows (the rollback, what is told, what is stored) need
+not wait out FAST_HEALTH's 10 s for it (issue 27). A test of the wait itself keeps its own gate."""
+
 
 def repo_files() -> dict[str, bytes]:
     out = {}
