@@ -33,6 +33,7 @@ from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.decider import CommitDecider
 from reconciler.daemon.experimentjob import ExperimentJob
 from reconciler.daemon.gatewayjob import GatewayJob
+from reconciler.daemon.healthjob import health_round
 from reconciler.daemon.hookroute import DeliveryWindow
 from reconciler.daemon.httpface import http_server
 from reconciler.daemon.metrics import Metrics
@@ -218,8 +219,10 @@ class Daemon:
             log.error("trial.job_crashed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
 
     async def step(self, reasons: set[str]) -> None:
-        if reasons - {"upstream", "experiments"}:
+        if reasons - {"upstream", "experiments", "health"}:
             await self.cycle(reasons)
+        if "health" in reasons:  # in-sync lanes' engines, beside the cycles (`reconciler.daemon.healthjob`)
+            self._background("health", partial(health_round, self.runner, self.operations, self.gateway.kick))
         if "upstream" in reasons and self.config.upstream.enabled:
             self._background("upstream", self._run_upstream)
         if "experiments" in reasons and self.config.experiments.enabled:
@@ -248,6 +251,9 @@ class Daemon:
 
     async def _resync_job(self) -> None:
         self.trigger.kick("resync")
+
+    async def _health_job(self) -> None:
+        self.trigger.kick("health")  # the main loop starts the round as a background job (`step`)
 
     def _guarded(self, job: Callable[[], Awaitable[None]], name: str) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
@@ -388,6 +394,7 @@ class Daemon:
             (self._prune_job, "prune", self.config.retention.prune_interval_s),
             (self._fetch_job, "fetch", self.config.repo.fetch_interval_s),
             (self._resync_job, "resync", self.config.repo.resync_interval_s),
+            (self._health_job, "health", self.config.daemon.health_interval_s),
         ]
         if self.config.upstream.enabled:
             jobs.append((self._upstream_job, "upstream", self.config.upstream.interval_s))
