@@ -92,13 +92,14 @@ async def test_a_change_starts_before_a_hung_engine_is_asked(tmp_path: Path) -> 
         with hung(world, *EUGR_HEAD):
             await world.docker("dgx2", "rm", "-f", f"lanes-{PRODUCTION}-r1")  # drift: the next cycle repairs it
             # A daemon just started holds no answer: its first cycle asks every in-sync lane's engine at once.
+            restart = len(world.daemon.events())
             await world.daemon.start()
             await wait_for(lambda: assess_failures(world, EUGR) != [], 60, "EUGR's engine asked, and hung")
             events = world.daemon.events()
             [started] = [
                 i
                 for i, e in enumerate(events)
-                if e.get("event") == "operation.started" and e.get("lanes") == [PRODUCTION]
+                if i >= restart and e.get("event") == "operation.started" and e.get("lanes") == [PRODUCTION]
             ]
             # The repair started before the hung engine's request ended (which waited out its timeout).
             assert started < assess_failures(world, EUGR)[0]
