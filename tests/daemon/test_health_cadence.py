@@ -42,10 +42,16 @@ def hung(world: World, host: str, container: str) -> Iterator[None]:
 
 
 async def next_cycle(world: World) -> None:
-    """Kick the daemon (SIGHUP: it reconciles at once) and wait for that cycle's end, said by its log."""
-    cycles = len(world.daemon.events("cycle.done"))
+    """Kick the daemon (SIGHUP: it reloads, then reconciles at once) and wait for the end of the cycle that
+    follows the reload, said by its log (an operation that ended just before says `cycle.done` too)."""
+    seen = len(world.daemon.events())
     world.daemon.kick()
-    await wait_for(lambda: len(world.daemon.events("cycle.done")) > cycles, 60, "a cycle")
+
+    def done() -> bool:
+        events = [e.get("event") for e in world.daemon.events()[seen:]]
+        return "config.reloaded" in events and "cycle.done" in events[events.index("config.reloaded") :]
+
+    await wait_for(done, 60, "the cycle the kick started")
 
 
 def assess_failures(world: World, lane: str) -> list[int]:
@@ -95,13 +101,16 @@ async def test_a_change_starts_before_a_hung_engine_is_asked(tmp_path: Path) -> 
             restart = len(world.daemon.events())
             await world.daemon.start()
             await wait_for(lambda: assess_failures(world, EUGR) != [], 60, "EUGR's engine asked, and hung")
-            events = world.daemon.events()
-            [started] = [
-                i
-                for i, e in enumerate(events)
-                if i >= restart and e.get("event") == "operation.started" and e.get("lanes") == [PRODUCTION]
-            ]
+
+            def started() -> list[int]:
+                return [
+                    i
+                    for i, e in enumerate(world.daemon.events())
+                    if i >= restart and e.get("event") == "operation.started" and e.get("lanes") == [PRODUCTION]
+                ]
+
+            await wait_for(lambda: started() != [], 60, "the repair started")
             # The repair started before the hung engine's request ended (which waited out its timeout).
-            assert started < assess_failures(world, EUGR)[0]
+            assert started()[0] < assess_failures(world, EUGR)[0]
         await wait_for(lambda: world.health(PRODUCTION)[0] == "healthy", 60, "production repaired")
         assert await world.daemon.stop(timeout=30) == 0
