@@ -394,7 +394,7 @@ class Daemon:
             (self._prune_job, "prune", self.config.retention.prune_interval_s),
             (self._fetch_job, "fetch", self.config.repo.fetch_interval_s),
             (self._resync_job, "resync", self.config.repo.resync_interval_s),
-            (self._health_job, "health", self.config.daemon.health_interval_s),
+            (self._health_job, "health", self.runner.health.tick_s or self.config.daemon.health_interval_s),
         ]
         if self.config.upstream.enabled:
             jobs.append((self._upstream_job, "upstream", self.config.upstream.interval_s))

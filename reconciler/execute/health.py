@@ -6,10 +6,12 @@ running them expects a fresh answer. The daemon keeps the answers instead (`Heal
 only an engine it holds no fresh answer for (the daemon just started, the lane just converged or moved, the
 answer older than `FRESH_INTERVALS` intervals), and otherwise records the kept answer, which changes
 nothing in a lane that is as it was (the one writer writes only what changed). Between cycles the daemon's
-health round (`HealthWatch.round`, a background job of the daemon every `health_interval_s`) asks the
-engines whose answers are due, `ASSESS_CONCURRENCY` at once, and hands what it learns to the one writer of
-lane state exactly as the cycle does, so a lane whose engine stops answering is degraded within about an
-interval and healthy again once it answers, whatever the resync interval.
+health rounds (`HealthWatch.round`, a background job of the daemon every `tick_s`, a slice of
+`health_interval_s`) ask the engines whose slice it is, `ASSESS_CONCURRENCY` at once, and hand what they
+learn to the one writer of lane state exactly as the cycle does, so a lane whose engine stops answering is
+degraded within about an interval and healthy again once it answers, whatever the resync interval. Each
+lane has its slice (a hash of its name): the fleet's requests are spread over the interval in a trickle
+rather than sent in one burst that a resync or a commit's cycle would share the CPU with.
 
 So a commit's changes no longer wait behind 250 health requests, and a no-op resync asks none.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,9 +39,10 @@ FRESH_INTERVALS = 2.0
 """A kept answer is fresh for the cycle while younger than this many health intervals: the round asks each
 engine about once an interval, so only a round that could not run (a stopped loop, a journal that refused
 writes) lets a cycle find answers this old, and then the cycle asks as it always did."""
-DUE_SHARE = 0.5
-"""The round asks an engine whose answer is at least this share of an interval old: one a cycle asked a
-moment ago is not asked again at once, and none waits much longer than an interval and a half."""
+SLICES = 6
+"""Rounds per health interval, each asking the lanes of its slice (60 s: a round every 10 s)."""
+MIN_TICK_S = 1.0
+"""Rounds no closer than this: a short interval has fewer slices (1 s: one round a second, every lane)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,19 @@ class HealthWatch:
         self.answers: dict[str, Answer] = {}
         self.asked = 0
         """Engines asked, by cycles and rounds (what tests and the bench count)."""
+        self.ticks = 0
+        """Rounds run: which slice is next."""
+
+    @property
+    def slices(self) -> int:
+        if self.interval_s is None:
+            return 1
+        return max(1, min(SLICES, int(self.interval_s // MIN_TICK_S)))
+
+    @property
+    def tick_s(self) -> float | None:
+        """Seconds between two rounds (the daemon's interval job); None: no rounds."""
+        return self.interval_s / self.slices if self.interval_s is not None else None
 
     def fresh(self, lane: str, engine: Engine) -> Answer | None:
         """The lane's kept answer when it is about this very engine and young enough for a cycle to use."""
@@ -117,16 +134,21 @@ class HealthWatch:
             self.watched.pop(lane, None)
             self.answers.pop(lane, None)
 
-    def due(self) -> dict[str, Engine]:
-        """The watched engines whose answers the round asks again now."""
-        if self.interval_s is None:
+    def due(self, tick: int) -> dict[str, Engine]:
+        """The watched engines the round of `tick` asks: those of its slice (unless a cycle asked one in the
+        last half round), and any whose answer is older than an interval and a round (a round was skipped)."""
+        if self.interval_s is None or self.tick_s is None:
             return {}
-        now, age = self.clock(), DUE_SHARE * self.interval_s
-        return {
-            lane: engine
-            for lane, engine in self.watched.items()
-            if (kept := self.answers.get(lane)) is None or kept.engine.key != engine.key or now - kept.at >= age
-        }
+        now, n, slot = self.clock(), self.slices, tick % self.slices
+        recent, overdue = self.tick_s / 2, self.interval_s + self.tick_s
+        out = {}
+        for lane, engine in self.watched.items():
+            kept = self.answers.get(lane)
+            age = now - kept.at if kept is not None and kept.engine.key == engine.key else overdue
+            mine = zlib.crc32(lane.encode()) % n == slot
+            if age >= overdue or (mine and age >= recent):
+                out[lane] = engine
+        return out
 
     async def round(
         self, store: Store, timeout_s: float, progress: ProgressFn, busy: Callable[[], frozenset[str]]
@@ -134,7 +156,8 @@ class HealthWatch:
         """Ask the due engines (`ASSESS_CONCURRENCY` at once, each within `timeout_s`) and record what each
         answered through the one writer; `busy`: lanes an operation changes now, left to it. Returns how many
         lanes' states the answers changed."""
-        due = self.due()
+        due = self.due(self.ticks)
+        self.ticks += 1
         if not due:
             return 0
         changed = 0
@@ -154,6 +177,11 @@ class HealthWatch:
             changed += after != state
 
         async with assessment_client(timeout_s) as client:
-            await asyncio.gather(*(one(lane, engine, client) for lane, engine in due.items()))
+            ended = await asyncio.gather(
+                *(one(lane, engine, client) for lane, engine in due.items()), return_exceptions=True
+            )
+        for lane, end in zip(due, ended, strict=True):
+            if isinstance(end, Exception):  # one lane's record (a journal fault, a bug) costs that lane's look only
+                log.warning("health.record_failed", lane=lane, error=f"{type(end).__name__}: {end}")
         log.info("health.round", asked=len(due), changed=changed)
         return changed
