@@ -36,24 +36,23 @@ from reconciler.daemon.gatewayjob import GatewayJob
 from reconciler.daemon.healthjob import health_round
 from reconciler.daemon.hookroute import DeliveryWindow
 from reconciler.daemon.httpface import http_server
+from reconciler.daemon.lookagain import retry_blocked, retry_specs, retry_windows
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.retentionjob import prune_journal
 from reconciler.daemon.trialjob import make_trial
 from reconciler.daemon.trigger import LANE_KICK, Trigger
 from reconciler.daemon.upstreamjob import upstream_job
-from reconciler.errors import HostUnreachableError, LanesError
-from reconciler.execute.cycle import CycleRunner, window_clock
+from reconciler.errors import LanesError
+from reconciler.execute.cycle import CycleRunner
 from reconciler.execute.operations import Operations
 from reconciler.execute.secrets import lane_secrets, secret_values
-from reconciler.lane import LeasedBy
 from reconciler.logsetup import remember_secrets
 from reconciler.notifications import hub as notifications
 from reconciler.source.mirror import Mirror
 from reconciler.source.watch import watch_refs
 from reconciler.store.experiments import experiments
 from reconciler.store.journal import Store
-from reconciler.store.lanestate import lane_states
 from reconciler.store.status import status_rows
 from reconciler.transport.ssh import SSHTransport
 from reconciler.upstream.ancestry import fix_ancestry
@@ -303,8 +302,8 @@ class Daemon:
             return  # records of this cycle are held: the head is reconciled again once they are written
         self.last_head = head
         self._retry_blocked()
-        self._retry_specs()
-        self._retry_windows()
+        retry_specs(self.retries, self.store)
+        retry_windows(self.retries, self.store)
         refused = self.decider.refused if outcome == "refused" else None
         busy = sorted(self.operations.busy() - self.operations.trials.lanes())  # trials: the jobs say them
         if busy:
@@ -319,7 +318,7 @@ class Daemon:
         if not self._store_ready():
             return  # said, and looked at again in a few seconds; that retry plans again too
         self._retry_blocked()
-        self._retry_specs()
+        retry_specs(self.retries, self.store)
         if replan:
             self.trigger.kick("operation")
 
@@ -341,45 +340,8 @@ class Daemon:
         return False
 
     def _retry_blocked(self) -> None:
-        """Lanes blocked by a lease or an unreachable host are looked at again soon, not at the resync.
-
-        One curve: a lease block's hold says when (`LeasedBy.at`, doubling from the blocking error's own
-        `delay_s`); a lane whose host did not answer waits `HostUnreachableError.delay_s`.
-        """
-        self.crash_backoff.reset()
-        if not self.decider.blocked:
-            self.retries.cancel("blocked-retry")
-            return
-        states = lane_states(self.store)
-        now = time.time()
-        due = []
-        for lane in self.decider.blocked:
-            hold = states[lane].hold if lane in states else None
-            at = hold.at if isinstance(hold, LeasedBy) else None
-            due.append(at - now if at is not None else HostUnreachableError.delay_s)
-        delay = max(0.5, min(due))
-        log.info("cycle.blocked", lanes=sorted(self.decider.blocked), retry_in_s=round(delay, 1))
-        self.retries.later("blocked-retry", delay)
-
-    def _retry_specs(self) -> None:
-        """A spec that failed on a passing fault is tried again when its backoff ends, not at the next resync."""
-        due = [at for _, at in self.store.retry_schedule().values()]
-        if not due:
-            self.retries.cancel("spec-retry")
-            return
-        delay = max(0.5, min(due) - time.time())
-        log.info("cycle.spec_retry", retry_in_s=round(delay, 1))
-        self.retries.later("spec-retry", delay)
-
-    def _retry_windows(self) -> None:
-        """A change held by a change window is looked at again when the window opens, not at the next resync."""
-        due = [r.held_until for r in self.store.lanes() if r.held_until is not None]
-        if not due:
-            self.retries.cancel("window-retry")
-            return
-        delay = max(0.5, min(due) - window_clock())
-        log.info("cycle.window_retry", retry_in_s=round(delay, 1))
-        self.retries.later("window-retry", delay)
+        self.crash_backoff.reset()  # a cycle ended: a crash before it is behind us
+        retry_blocked(self.retries, self.store, self.decider.blocked)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
