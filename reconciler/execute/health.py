@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from reconciler.execute.assess import Assessment, assessment_client, engine_answers
+from reconciler.execute.assess import Asking, Bounded, engine_answers
 from reconciler.execute.results import ProgressEvent, ProgressFn
 from reconciler.lane import Observed, Seen
 from reconciler.spec.lane import Health
@@ -113,7 +113,7 @@ class HealthWatch:
             return None
         return kept if self.clock() - kept.at < FRESH_INTERVALS * self.interval_s else None
 
-    async def look(self, lane: str, engine: Engine, client: Assessment) -> str | None:
+    async def look(self, lane: str, engine: Engine, client: Bounded) -> str | None:
         """A cycle's look at an in-sync lane: its fresh kept answer, else the engine's own (kept)."""
         self.watched[lane] = engine
         kept = self.fresh(lane, engine)
@@ -121,7 +121,7 @@ class HealthWatch:
             return kept.error
         return await self._ask(lane, engine, client)
 
-    async def _ask(self, lane: str, engine: Engine, client: Assessment) -> str | None:
+    async def _ask(self, lane: str, engine: Engine, client: Bounded) -> str | None:
         self.asked += 1
         error = await engine_answers(client, engine.address, engine.port, engine.health)
         self.answers[lane] = Answer(engine, error, self.clock())
@@ -162,7 +162,7 @@ class HealthWatch:
             return 0
         changed = 0
 
-        async def one(lane: str, engine: Engine, client: Assessment) -> None:
+        async def one(lane: str, engine: Engine, client: Bounded) -> None:
             nonlocal changed
             error = await self._ask(lane, engine, client)
             # Checked and recorded with no await between: what a cycle or an operation did meanwhile stands.
@@ -176,12 +176,13 @@ class HealthWatch:
             after, _ = record(store, lane, observed(error))
             changed += after != state
 
-        async with assessment_client(timeout_s) as client:
-            ended = await asyncio.gather(
-                *(one(lane, engine, client) for lane, engine in due.items()), return_exceptions=True
-            )
+        client = Asking(timeout_s)
+        ended = await asyncio.gather(
+            *(one(lane, engine, client) for lane, engine in due.items()), return_exceptions=True
+        )
         for lane, end in zip(due, ended, strict=True):
             if isinstance(end, Exception):  # one lane's record (a journal fault, a bug) costs that lane's look only
                 log.warning("health.record_failed", lane=lane, error=f"{type(end).__name__}: {end}")
-        log.info("health.round", asked=len(due), changed=changed)
+        # Said when it changed a lane: a round every few seconds that found all well is not news for the journal.
+        (log.info if changed else log.debug)("health.round", asked=len(due), changed=changed)
         return changed
