@@ -76,6 +76,8 @@ FORCED = frozenset(
 """Reasons that reconcile even when the head did not move (the hosts or the daemon's footing may have; an
 operation that ended leaves lanes to plan: deferred behind it, or the newest spec after a preemption; a
 commit's reaction acted on its changed lanes alone, and the full cycle follows it)."""
+BACKGROUND = frozenset({"upstream", "experiments", "health"})
+"""Reasons that start a background job of their own (`step`), never a cycle."""
 OPERATIONS_STOP_S = 60.0
 """How long a shutdown waits for the operations it cancels to put their last healthy specs back (each restarts
 without waiting for the engine to load): inside the unit's TimeoutStopSec=90s."""
@@ -218,8 +220,8 @@ class Daemon:
             log.error("trial.job_crashed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
 
     async def step(self, reasons: set[str]) -> None:
-        if reasons - {"upstream", "experiments", "health"}:
-            await self.cycle(reasons)
+        if reasons - BACKGROUND:  # a cycle's reasons are its own (a health round kicked with a resync is not one)
+            await self.cycle(reasons - BACKGROUND)
         if "health" in reasons:  # in-sync lanes' engines, beside the cycles (`reconciler.daemon.healthjob`)
             self._background("health", partial(health_round, self.runner, self.operations, self.gateway.kick))
         if "upstream" in reasons and self.config.upstream.enabled:
