@@ -22,7 +22,7 @@ import asyncio
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -66,6 +66,8 @@ class Answer:
     """None: it answered 200; else what it answered, for a person."""
     at: float
     """When (monotonic s)."""
+    told: bool = True
+    """The lane's machine was told it (a cycle records every answer it uses; a round, those it may)."""
 
 
 def not_answering(error: str) -> str:
@@ -119,12 +121,13 @@ class HealthWatch:
         kept = self.fresh(lane, engine)
         if kept is not None:
             return kept.error
-        return await self._ask(lane, engine, client)
+        return await self._ask(lane, engine, client, told=True)
 
-    async def _ask(self, lane: str, engine: Engine, client: Bounded) -> str | None:
+    async def _ask(self, lane: str, engine: Engine, client: Bounded, *, told: bool) -> str | None:
         self.asked += 1
         error = await engine_answers(client, engine.address, engine.port, engine.health)
-        self.answers[lane] = Answer(engine, error, self.clock())
+        if self.watched.get(lane) == engine:  # else forgotten meanwhile (changed, in flight): not kept
+            self.answers[lane] = Answer(engine, error, self.clock(), told)
         return error
 
     def forget(self, lanes: set[str] | frozenset[str]) -> None:
@@ -164,16 +167,22 @@ class HealthWatch:
 
         async def one(lane: str, engine: Engine, client: Bounded) -> None:
             nonlocal changed
-            error = await self._ask(lane, engine, client)
+            before = self.answers.get(lane)
+            error = await self._ask(lane, engine, client, told=False)
             # Checked and recorded with no await between: what a cycle or an operation did meanwhile stands.
             if self.watched.get(lane) != engine or lane in busy():
                 return
+            now = self.answers[lane]
+            if before is not None and before.told and before.engine.key == engine.key and before.error == error:
+                self.answers[lane] = replace(now, told=True)
+                return  # the same answer its machine was told last: nothing to tell (nor read, nor write)
             state = current(store, lane)
             if state.transaction is not None or (state.serving is not None and state.serving != engine.fingerprint):
                 return  # changed since the cycle that watched it: the next cycle looks at it afresh
             if error is not None:
                 progress(ProgressEvent(lane, "assess", "failed", not_answering(error)))
             after, _ = record(store, lane, observed(error))
+            self.answers[lane] = replace(now, told=True)
             changed += after != state
 
         client = Asking(timeout_s)
