@@ -231,7 +231,7 @@ class DaemonSettings(Section):
     )
     log_level: LogLevel = Field("info", description="debug, info, warning or error (JSON lines to journald)")
     health_interval_s: float = Field(
-        60.0,
+        120.0,
         ge=1.0,
         le=86400.0,
         description="seconds between asks of each in-sync lane's engine health path, beside the cycles: a lane "
