@@ -14,13 +14,18 @@ where the time goes, not how much there is. Read one with
 With `--memory` (`bench/scale.py --profile DIR --memory`) tracemalloc runs instead (one frame, as
 bench/cycle_memory.py says why): at each cycle start `PROFILE_DIR/memory-N.snap` holds a snapshot of
 what the daemon holds then (`tracemalloc.Snapshot.load`), and `memory-N.txt` the traced total, its peak
-since the previous cycle start, and the 40 allocation sites holding most.
+since the previous cycle start, and the 40 allocation sites holding most. A thread also watches the traced
+total every 20 ms and, each time it rises 4 MB past its highest, writes `peak.snap` and `peak.txt` the
+same way: what is held at the daemon's peak, which falls between cycles (the first convergence's operations).
 """
 
 from __future__ import annotations
 
 import cProfile
+import os
 import sys
+import threading
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -30,19 +35,35 @@ from reconciler.cli.main import app
 from reconciler.daemon import service
 
 
+def _write(snap: tracemalloc.Snapshot, out: Path, name: str, head: str) -> None:
+    snap.dump(str(out / f"{name}.snap"))
+    lines = [head, *(str(stat) for stat in snap.statistics("lineno")[:40])]
+    (out / f"{name}.txt").write_text("\n".join(lines) + "\n")
+
+
+def _watch_peak(out: Path) -> None:
+    """Snapshot what is held each time the traced total climbs 4 MB past its highest (a daemon thread: it gets
+    the GIL at every switch interval, so a peak inside one long synchronous stretch of the loop is seen too)."""
+    highest = 0
+    while True:
+        time.sleep(0.02)
+        now, _ = tracemalloc.get_traced_memory()
+        if now > highest + (4 << 20):
+            highest = now
+            _write(tracemalloc.take_snapshot(), out, "peak", f"traced {now / 2**20:.1f} MB at the highest seen")
+
+
 def traced(out: Path) -> None:
-    """tracemalloc from the start; a snapshot and its top sites at each cycle start."""
-    tracemalloc.start(1)
+    """tracemalloc from the start; a snapshot and its top sites at each cycle start, and at the peak."""
+    tracemalloc.start(int(os.environ.get("LANES_BENCH_TRACE_FRAMES", "1")))
+    threading.Thread(target=_watch_peak, args=(out,), daemon=True, name="peak-watch").start()
     original = service.Daemon.cycle
     count = [0]
 
     async def cycle(self: service.Daemon, reasons: set[str]) -> None:
         now, peak = tracemalloc.get_traced_memory()
-        snap = tracemalloc.take_snapshot()
-        snap.dump(str(out / f"memory-{count[0]}.snap"))
-        lines = [f"traced {now / 2**20:.1f} MB, peak since the last cycle start {peak / 2**20:.1f} MB"]
-        lines += [str(stat) for stat in snap.statistics("lineno")[:40]]
-        (out / f"memory-{count[0]}.txt").write_text("\n".join(lines) + "\n")
+        head = f"traced {now / 2**20:.1f} MB, peak since the last cycle start {peak / 2**20:.1f} MB"
+        _write(tracemalloc.take_snapshot(), out, f"memory-{count[0]}", head)
         count[0] += 1
         tracemalloc.reset_peak()
         await original(self, reasons)

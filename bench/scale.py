@@ -12,7 +12,9 @@ in another, so that its memory and CPU are its own. Printed per size:
   (informational: every lane boots at once);
 - resync: the daemon's own duration of a no-op resync cycle (its `cycle.done`
   log line, the figure behind `/status` and `lanes_last_reconcile_duration_seconds`),
-  the SSH commands per host and new SSH connections it cost (counted by the
+  the commands per host (a command run, or a request on the host's probe session: the
+  round trips), the SSH channels opened per host (a command or a session started: none
+  for a probe on an open session) and new SSH connections it cost (counted by the
   simulated hosts), the bytes each host received and sent in it, and the daemon's CPU
   seconds in it; goals at 1,000 hosts on 2 cores (issue 27): 1.0 s or less, 0.5 s of
   daemon CPU or less, one round trip per host;
@@ -451,6 +453,13 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
                     "reasons": reasons,
                     "commands_per_host": statistics.mean(per_host) if per_host else math.nan,
                     "max_commands_per_host": max(per_host) if per_host else math.nan,
+                    # Exec channels opened (commands run, sessions started) and requests on the probe sessions.
+                    "channels_per_host": statistics.mean(after[h][4] - before[h][4] for h in after)
+                    if clean
+                    else math.nan,
+                    "requests_per_host": statistics.mean(after[h][5] - before[h][5] for h in after)
+                    if clean
+                    else math.nan,
                     "handshakes": sum(after[h][1] - before[h][1] for h in after) if clean else math.nan,
                     # Command lines, stdin, stdout and stderr per host (SSH framing and encryption aside).
                     "bytes_in_per_host": statistics.mean(after[h][2] - before[h][2] for h in after)
@@ -474,6 +483,8 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
             "resync_s": median(r["seconds"] for r in noop),
             "resyncs": resyncs,
             "commands_per_host": median(r["commands_per_host"] for r in noop),
+            "channels_per_host": median(r["channels_per_host"] for r in noop),
+            "requests_per_host": median(r["requests_per_host"] for r in noop),
             "handshakes": median(r["handshakes"] for r in noop),
             "bytes_in_per_host": median(r["bytes_in_per_host"] for r in noop),
             "bytes_out_per_host": median(r["bytes_out_per_host"] for r in noop),
@@ -511,6 +522,8 @@ COLUMNS = [
     ("converge s", "converge_s", "{:>10.1f}"),
     ("resync s", "resync_s", "{:>8.2f}"),
     ("cmds/host", "commands_per_host", "{:>9.2f}"),
+    ("chans/host", "channels_per_host", "{:>10.2f}"),
+    ("reqs/host", "requests_per_host", "{:>9.2f}"),
     ("new conns", "handshakes", "{:>9.0f}"),
     ("B in/host", "bytes_in_per_host", "{:>9.0f}"),
     ("B out/host", "bytes_out_per_host", "{:>10.0f}"),

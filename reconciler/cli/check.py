@@ -12,9 +12,8 @@ from rich.markup import escape
 
 from reconciler.cli.checkflags import describe, flags_judged
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, fail, gib, handle_errors, load_commit
-from reconciler.cli.reconcile import DEFAULT_DB
+from reconciler.cli.paths import DEFAULT_DB, UPSTREAM_DATA
 from reconciler.cli.tables import Column, paragraph, print_table
-from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.policy import Verdict, evaluate
 from reconciler.source.gitread import open_repo
 from reconciler.source.worktree import uncommitted, worktree_commit

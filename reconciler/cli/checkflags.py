@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from reconciler.engines.flags import table_for
-from reconciler.execute.preflight import head_keys, judged_by
 from reconciler.facts.preflight import SCRIPTS
 from reconciler.policy import Verdict
-from reconciler.policy.preflight import Refusal, with_refusals
+from reconciler.policy.preflight import Refusal, head_keys, judged_by, with_refusals
 from reconciler.policy.rules.flags import CHECKED_ENGINES
 from reconciler.spec.load import DesiredState
 from reconciler.store.preflight import read_cached

@@ -30,13 +30,12 @@ from reconciler.cli.common import err_console, fail, handle_errors
 from reconciler.cli.daemonclient import WHERE, DaemonAddress, DaemonCallError, find_daemon
 from reconciler.cli.notecheck import disagreement, read_decisions
 from reconciler.cli.operate import ConfigOpt, DaemonOpt
+from reconciler.cli.paths import DEFAULT_DB
 from reconciler.cli.tables import Column, print_table
 from reconciler.facts.enginelog import engine_words
 from reconciler.source.gitread import open_repo, resolve
 from reconciler.source.history import LaneChange, change_to_json, history, show_value
 from reconciler.source.notes import parse_note
-
-DEFAULT_DB = Path(".lanes/lanes.db")
 
 LaneArg = Annotated[
     str | None, typer.Argument(help="lane name (the file stem under state/lanes/); all lanes if omitted")

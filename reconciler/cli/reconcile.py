@@ -20,11 +20,11 @@ from reconciler.cli import exitcodes
 from reconciler.cli.common import EXIT_DENY, LoadedCommit, fail, handle_errors, load_commit
 from reconciler.cli.daemonclient import WHERE, DaemonCallError, find_daemon
 from reconciler.cli.daemonview import ask_daemon, needs_attention, trouble_lines
+from reconciler.cli.paths import DEFAULT_DB, UPSTREAM_DATA
 from reconciler.cli.plandiff import lane_diffs
 from reconciler.cli.planview import blocked_lanes, plan_to_json, print_plan, unreachable_hosts
 from reconciler.cli.progress import StepPrinter
 from reconciler.cli.tables import Column, print_table
-from reconciler.cli.upstream import DEFAULT_DATA as UPSTREAM_DATA
 from reconciler.errors import InputError
 from reconciler.execute.cycle import CycleResult, CycleRunner, CycleSettings
 from reconciler.execute.localorigin import LocalOrigins, forbidden_dirs
@@ -96,7 +96,6 @@ ConfigOpt = Annotated[
     ),
 ]
 
-DEFAULT_DB = Path(".lanes/lanes.db")
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts").expanduser()
 DEFAULT_KEY = Path("~/.ssh/id_ed25519").expanduser()
 

@@ -17,10 +17,9 @@ from typing import Annotated
 import typer
 
 from reconciler.cli.common import handle_errors
+from reconciler.cli.paths import DEFAULT_DB
 from reconciler.store.journal import Store
 from reconciler.store.trust import allow_rewind
-
-DEFAULT_DB = Path(".lanes/lanes.db")
 
 
 def _who() -> str:

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from reconciler.cli import exitcodes
 from reconciler.cli.common import EXIT_DENY, EXIT_OK, err_console, handle_errors
+from reconciler.cli.paths import DEFAULT_DB, UPSTREAM_DATA
 from reconciler.cli.tables import Column, print_table
 from reconciler.daemon.config import load_config
 from reconciler.source.acceptance import Signers, accepted
@@ -41,9 +42,6 @@ SecretsOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 StateDirOpt = Annotated[str, typer.Option("--state-dir", help="folder of the state files in the repo")]
-
-DEFAULT_DB = Path(".lanes/lanes.db")
-DEFAULT_DATA = Path(".lanes/upstream")
 
 
 def load_state(repo: str, rev: str, state_dir: str) -> DesiredState:
@@ -98,7 +96,7 @@ def upstream_cmd(
     refresh: Annotated[bool, typer.Option("--refresh", help="poll every upstream source first")] = False,
     as_json: JsonOpt = False,
     state_dir: StateDirOpt = "state",
-    data_dir: DataOpt = DEFAULT_DATA,
+    data_dir: DataOpt = UPSTREAM_DATA,
     secrets_dir: SecretsOpt = None,
     config: TokensOpt = None,
 ) -> None:
@@ -186,7 +184,7 @@ def propose_cmd(
     author_name: Annotated[str, typer.Option("--author-name", help="author of proposal commits")] = "lanes",
     author_email: Annotated[str, typer.Option("--author-email")] = "lanes@localhost",
     state_dir: StateDirOpt = "state",
-    data_dir: DataOpt = DEFAULT_DATA,
+    data_dir: DataOpt = UPSTREAM_DATA,
     secrets_dir: SecretsOpt = None,
     config: TokensOpt = None,
 ) -> None:

@@ -18,20 +18,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import structlog
 
-from reconciler.engines import ContainerSpec
-from reconciler.engines.flags import engine_argv
 from reconciler.errors import LanesError
 from reconciler.execute.hostops import HostOps
 from reconciler.facts import docker
-from reconciler.facts.preflight import SCRIPTS, argv_key, container_name, preflight_argv, read_result
+from reconciler.facts.preflight import SCRIPTS, container_name, preflight_argv, read_result
 from reconciler.plan import Plan
 from reconciler.policy import Verdict
-from reconciler.policy.preflight import Refusal, with_refusals
+from reconciler.policy.preflight import Refusal, head_key, with_refusals
 from reconciler.spec.load import DesiredState
 from reconciler.store import preflight as kept
 from reconciler.store.journal import Store
@@ -55,16 +53,6 @@ class Candidate:
     argv: tuple[str, ...]
     key: str
     file: str
-
-
-def head_key(engine: str, spec: ContainerSpec) -> tuple[str, tuple[str, ...], str] | None:
-    """(digest, engine arguments, cache key) of one rank's spec; None without engine arguments or a pin."""
-    found = engine_argv(engine, [spec.entrypoint or "", *spec.command])
-    digest = docker.pinned_digest(spec.image)
-    if found is None or digest is None:  # an unpinned image is the pins rule's to deny
-        return None
-    argv = tuple(found[1])
-    return digest, argv, argv_key(engine, digest, argv)
 
 
 def candidates(desired: DesiredState, verdict: Verdict, plan: Plan) -> list[Candidate]:
@@ -156,28 +144,3 @@ async def preflight(ops: HostOps | None, store: Store, desired: DesiredState, ve
         if found is not None:
             refusals[found.lane] = found
     return with_refusals(verdict, refusals)
-
-
-def judged_by(
-    verdicts: Mapping[str, kept.CachedVerdict], desired: DesiredState, verdict: Verdict
-) -> dict[str, kept.CachedVerdict]:
-    """Per lane whose engine lanes can parse: its image's kept verdict on its head rank's arguments."""
-    out = {}
-    for name, ranks in sorted(verdict.rendered.items()):
-        lane = desired.lanes.get(name)
-        if lane is None or lane.engine not in SCRIPTS or not ranks:
-            continue
-        found = head_key(lane.engine, ranks[0][1])
-        if found is not None and found[2] in verdicts:
-            out[name] = verdicts[found[2]]
-    return out
-
-
-def head_keys(desired: DesiredState, verdict: Verdict) -> list[str]:
-    """The cache keys `judged_by` looks up, to read them from a journal."""
-    keys = []
-    for name, ranks in sorted(verdict.rendered.items()):
-        lane = desired.lanes.get(name)
-        if lane is not None and lane.engine in SCRIPTS and ranks and (found := head_key(lane.engine, ranks[0][1])):
-            keys.append(found[2])
-    return keys

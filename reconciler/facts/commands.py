@@ -46,9 +46,11 @@ __all__ = [
     "installed_probe_argv",
     "lease_argv",
     "probe_argv",
+    "probe_session_argv",
     "read_envfile_argv",
     "read_lease_argv",
     "read_probe_argv",
+    "read_probe_session_argv",
 ]
 
 PROBE_MARKER = "lanes-probe"
@@ -107,6 +109,13 @@ def installed_probe_argv(
     ]
 
 
+def probe_session_argv(path: str) -> list[str]:
+    """The probe's long-lived session (`facts/probe_serve.py`): the launcher checks the installed copy at `path`
+    against the program's hash, as for `run`, and executes it in `serve` mode, which answers one request line at
+    a time on stdin. No facts' arguments here: each request carries its own."""
+    return [*_PYTHON, LAUNCHER_SCRIPT, PROBE_MARKER, "serve", path, PROBE_PROGRAM_SHA256]
+
+
 def lease_argv(action: Literal["acquire", "release"], lease_file: str, owner: str, ttl_s: int) -> list[str]:
     """Take, renew or give back the host lease (exit 3 when someone else holds it)."""
     return [*_PYTHON, LEASE_SCRIPT, LEASE_MARKER, action, lease_file, owner, str(ttl_s)]
@@ -159,8 +168,9 @@ class ProbeRequest:
     lease_file: str
     disk_path: str
     known: str | None = None
-    mode: Literal["inline", "run", "install"] = "inline"
-    """inline: the program on the command line; run/install: through its installed copy at `program_path`."""
+    mode: Literal["inline", "run", "install", "serve"] = "inline"
+    """inline: the program on the command line; run/install: through its installed copy at `program_path`;
+    serve: one request line of a session (`facts/probe_serve.py`), whose argv `read_probe_session_argv` reads."""
     program_path: str | None = None
     program_hash: str | None = None
 
@@ -221,6 +231,17 @@ def read_probe_argv(argv: Sequence[str]) -> ProbeRequest:
         program_path=path,
         program_hash=digest,
     )
+
+
+def read_probe_session_argv(argv: Sequence[str]) -> tuple[str, str]:
+    """Inverse of `probe_session_argv`: (the installed copy's path, the hash it must have); ValueError when
+    `argv` is not a probe session's command."""
+    if command_marker(argv) != PROBE_MARKER or argv[3] != LAUNCHER_SCRIPT or list(argv[5:6]) != ["serve"]:
+        raise ValueError("not a probe session")
+    rest = list(argv[6:])
+    if len(rest) != 2:
+        raise ValueError(f"malformed probe session arguments: {rest[:3]!r}")
+    return rest[0], rest[1]
 
 
 def read_lease_argv(argv: Sequence[str]) -> LeaseRequest:

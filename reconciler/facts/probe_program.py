@@ -12,6 +12,10 @@ version has a new hash, hence a new name: it is installed at its first probe, an
 folder are removed then. The common cycle stays one SSH round trip; only a host seen for the first
 time, or after the program changed, pays a second.
 
+`serve` checks the installed copy exactly as `run` does and executes it in its session mode
+(`probe_serve.py`): the program then answers one request line at a time on stdin, so a host's probes share
+one channel instead of opening one each. The launcher refuses any other mode.
+
 Stdlib only, Python 3.8 syntax, like every program a host runs (`facts/commands.py`).
 """
 
@@ -60,7 +64,7 @@ if mode == "install":
                 os.unlink(os.path.join(folder, old))  # an older version's copy: never run again
             except OSError:
                 pass
-else:
+elif mode in ("run", "serve"):
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)
@@ -70,7 +74,10 @@ else:
     if hashlib.sha256(data).hexdigest() != want:
         sys.stderr.write("@NOT_INSTALLED@: %s does not match its hash\n" % path)
         sys.exit(@EXIT@)
-sys.argv = [path, sys.argv[1]] + sys.argv[5:]
+else:
+    sys.stderr.write("lanes-probe: unknown mode %r\n" % mode)
+    sys.exit(2)
+sys.argv = [path, sys.argv[1]] + (["--serve"] if mode == "serve" else sys.argv[5:])
 exec(compile(data, path, "exec"), {"__name__": "__main__"})
 """
 LAUNCHER_SCRIPT = (

@@ -16,6 +16,7 @@ pure core stays free of I/O; `tests/facts` runs it for real.
 from __future__ import annotations
 
 from reconciler.facts.labels import LABEL_MANAGED, MANAGED_VALUE
+from reconciler.facts.probe_bounds import IDLE_EXIT_S, REQUEST_KEYS, REQUEST_MAX_BYTES
 from reconciler.facts.probe_host_script import HOST_SOURCE
 
 PROBE_VERSION = 3
@@ -26,7 +27,7 @@ The control node and the host's installed copy never disagree (the copy is named
 recorded outputs and the simulator must say which shape they are."""
 
 _SOURCE = r"""
-import hashlib, json, os, socket, stat, subprocess, sys, time
+import hashlib, json, os, select, socket, stat, subprocess, sys, time
 
 MANAGED = "@MANAGED@"
 
@@ -36,7 +37,8 @@ def run(argv, errors, state):
     if state.get("missing"):
         return None
     try:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # stdin=DEVNULL: in a session, stdin carries the control node's requests, never a child's input.
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, timeout=60)
     except FileNotFoundError:
         state["missing"] = True
@@ -255,12 +257,10 @@ def parse_args(argv, errors):
     return lease_file, disk_path, paths, known
 
 
-def main():
-    errors = []
+def gather(lease_file, disk_path, paths, known, errors):
     out = {"probe_version": @PROBE_VERSION@, "hostname": socket.gethostname(), "time": time.time(),
            "containers": [], "unmanaged": [], "listening": [], "meminfo": None,
            "disk": None, "models": {}, "lease": None, "host": None, "errors": errors}
-    lease_file, disk_path, paths, known = parse_args(sys.argv[2:], errors)
     steps = [
         ("docker", lambda: out.update(zip(("containers", "unmanaged"), docker_facts(errors)))),
         ("listening", lambda: out.update(listening=listening(errors))),
@@ -277,7 +277,82 @@ def main():
             step()
         except Exception as e:
             errors.append("%s: %s: %s" % (name, type(e).__name__, e))
-    sys.stdout.write(json.dumps(answer(out, known), sort_keys=True) + "\n")
+    return json.dumps(answer(out, known), sort_keys=True) + "\n"
+
+
+# A session (reconciler/facts/probe_serve.py): one request line in, one answer line out, until stdin ends.
+# The same rules as probe_serve.read_request_line (tests/facts runs both on the same lines); the bounds are
+# reconciler/facts/probe_bounds.py's, which say why each has its value.
+REQUEST_KEYS = @REQUEST_KEYS@
+REQUEST_MAX = @REQUEST_MAX@
+IDLE_S = @IDLE_S@
+
+
+def refuse(why):
+    sys.stderr.write("lanes-probe: %s\n" % why)
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+def next_request(pending):
+    # The next request line (bytes, without its newline), or None at end of stdin or after IDLE_S idle.
+    while b"\n" not in pending:
+        if len(pending) > REQUEST_MAX:
+            refuse("request over %d bytes" % REQUEST_MAX)
+        ready, _, _ = select.select([0], [], [], IDLE_S)
+        if not ready:
+            sys.stderr.write("lanes-probe: no request for %d s, exiting\n" % IDLE_S)
+            return None
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return None  # sshd closed stdin: the control node or its connection went away
+        pending.extend(chunk)
+    at = pending.index(b"\n")
+    if at > REQUEST_MAX:
+        refuse("request over %d bytes" % REQUEST_MAX)
+    line = bytes(pending[:at])
+    del pending[:at + 1]
+    return line
+
+
+def read_request(line):
+    try:
+        req = json.loads(line.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError is a ValueError
+        refuse("malformed request: not JSON: %s" % e)
+    if not isinstance(req, dict) or sorted(req) != list(REQUEST_KEYS):
+        refuse("malformed request: not an object of exactly the keys %s" % ", ".join(REQUEST_KEYS))
+    known, lease_file, disk_path, paths = req["known"], req["lease_file"], req["disk_path"], req["model_paths"]
+    if known is not None and not isinstance(known, str):
+        refuse("malformed request: known is neither a string nor null")
+    if not isinstance(lease_file, str) or not isinstance(disk_path, str):
+        refuse("malformed request: lease_file and disk_path must be strings")
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        refuse("malformed request: model_paths must be a list of strings")
+    return lease_file, disk_path, paths, known
+
+
+def serve():
+    pending = bytearray()
+    while True:
+        line = next_request(pending)
+        if line is None:
+            return
+        lease_file, disk_path, paths, known = read_request(line)
+        try:
+            sys.stdout.write(gather(lease_file, disk_path, paths, known, []))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return  # the channel closed while the facts were gathered: nobody waits for this answer
+
+
+def main():
+    if sys.argv[2:3] == ["--serve"]:
+        serve()
+        return
+    errors = []
+    lease_file, disk_path, paths, known = parse_args(sys.argv[2:], errors)
+    sys.stdout.write(gather(lease_file, disk_path, paths, known, errors))
 
 
 @HOST_SOURCE@
@@ -290,5 +365,8 @@ main()
 PROBE_SCRIPT = (
     _SOURCE.replace("@MANAGED@", f"{LABEL_MANAGED}={MANAGED_VALUE}")
     .replace("@PROBE_VERSION@", str(PROBE_VERSION))
+    .replace("@REQUEST_KEYS@", repr(REQUEST_KEYS))
+    .replace("@REQUEST_MAX@", str(REQUEST_MAX_BYTES))
+    .replace("@IDLE_S@", str(IDLE_EXIT_S))
     .replace("@HOST_SOURCE@", HOST_SOURCE)
 )

@@ -1,16 +1,19 @@
 """One SSH round trip per host per cycle: every fact the planner needs.
 
-Probing all hosts in parallel (bounded) with one command each keeps a no-op
+Probing all hosts in parallel (bounded) with one request each keeps a no-op
 resync of a large fleet close to the cost of one round trip; a host that
 does not answer becomes an `unreachable` observation with the reason, not an
 exception, so its lanes are reported and the others go on.
 
 The probe program is installed on each host under its hash (`facts/probe_program.py`)
-and run by a short launcher; a host it is missing from (first contact, a new lanes
-version, a corrupt copy) is sent it in the same cycle, a second round trip for that
-host only. `ProbeMemory` keeps, per host, the digest of the facts last seen and those
-facts parsed (`facts/parse.py` `HeldFacts`): a host whose facts did not change answers
-with that digest and its volatile figures, and the held facts are reused.
+and each host keeps one long-lived session running it (`facts/probe_serve.py`): a probe
+is one request line and one answer line on a channel that stays open, where a command
+per probe cost a channel opened and closed. A host the program is missing from (first
+contact, a new lanes version, a corrupt copy found when a session opens) is sent it in
+the same cycle, a second round trip for that host only. `ProbeMemory` keeps, per host,
+the digest of the facts last seen and those facts parsed (`facts/parse.py` `HeldFacts`):
+a host whose facts did not change answers with that digest and its volatile figures,
+and the held facts are reused.
 """
 
 from __future__ import annotations
@@ -19,14 +22,15 @@ import asyncio
 import time
 from collections.abc import Mapping
 
-from reconciler.errors import LanesError
-from reconciler.facts.commands import installed_probe_argv
+from reconciler.errors import HostUnreachableError, LanesError, PermanentError
+from reconciler.facts.commands import installed_probe_argv, probe_session_argv
 from reconciler.facts.observed import ObservedFleet, ObservedHost
 from reconciler.facts.parse import HeldFacts, parse_probe_answer
 from reconciler.facts.probe_program import NOT_INSTALLED_MESSAGE, PROBE_NOT_INSTALLED, program_path
 from reconciler.facts.probe_script import PROBE_SCRIPT
+from reconciler.facts.probe_serve import ANSWER_MAX_BYTES, REQUEST_MAX_BYTES, SESSION_MAX_IDLE_S, request_line
 from reconciler.spec.load import DesiredState
-from reconciler.transport.base import CommandResult, HostTarget, Transport, checked
+from reconciler.transport.base import CommandResult, HostTarget, Session, Transport, checked
 
 
 class ProbeMemory:
@@ -95,6 +99,17 @@ def _not_installed(result: CommandResult) -> bool:
     return result.exit_status == PROBE_NOT_INSTALLED and result.stderr.startswith(NOT_INSTALLED_MESSAGE)
 
 
+async def _session(transport: Transport, target: HostTarget, where: str, timeout: float) -> Session:
+    """The host's probe session, opened if it has none (or it closed, or runs another copy)."""
+    argv = probe_session_argv(where)
+    session = await transport.session(target, argv, timeout=timeout)
+    if session.idle_s > SESSION_MAX_IDLE_S:
+        # Idle this long, the program may be near its own idle exit: a fresh one, before anything is sent.
+        await session.close()
+        session = await transport.session(target, argv, timeout=timeout)
+    return session
+
+
 async def probe_host(
     transport: Transport,
     target: HostTarget,
@@ -103,19 +118,37 @@ async def probe_host(
     timeout: float,
     memory: ProbeMemory | None = None,
 ) -> ObservedHost:
+    """One request on the host's probe session (`facts/probe_serve.py`); a host without the program (or with a
+    copy that does not match its hash) is sent it with `install`, whose one-shot answer is this probe's, and
+    its session opens at the next probe. Whatever goes wrong reads as `unreachable` with the reason, the
+    session closed and the held facts forgotten: the next probe opens a fresh session and asks for everything."""
     memory = memory if memory is not None else ProbeMemory()
     held = memory.get(target.name)
+    known = held.digest if held else None
     where = program_path(desired.fleet.state_dir_on_host)
     args = (paths, lease_file(desired), desired.fleet.hf_cache)
+    session: Session | None = None
     try:
-        run = installed_probe_argv("run", where, held.digest if held else None, *args)
-        result = await transport.run(target, run, timeout=timeout, check=False)
-        if _not_installed(result):
-            install = installed_probe_argv("install", where, held.digest if held else None, *args)
+        line = request_line(known, *args)
+        if len(line.encode()) - 1 > REQUEST_MAX_BYTES:  # the program would refuse it, and end its session
+            raise PermanentError(f"{target.name}: the probe request is over {REQUEST_MAX_BYTES} bytes (model paths)")
+        session = await _session(transport, target, where, timeout)
+        try:
+            stdout = await session.request(line, timeout=timeout, limit=ANSWER_MAX_BYTES)
+        except HostUnreachableError:
+            ended = session.ended
+            if session.answered or ended is None or not _not_installed(ended):
+                raise
+            # The launcher refused before the program read anything: nothing was asked, so installing and
+            # asking once with `install` is the same probe, not a retry.
+            install = installed_probe_argv("install", where, known, *args)
             memory.installs += 1
             result = await transport.run(target, install, input=PROBE_SCRIPT, timeout=timeout, check=False)
-        observed, facts = parse_probe_answer(target.name, checked(result).stdout, held)
+            stdout = checked(result).stdout
+        observed, facts = parse_probe_answer(target.name, stdout, held)
     except LanesError as exc:
+        if session is not None:
+            await session.close()  # a malformed answer: the stream is not to be trusted again
         memory.forget(target.name)
         return ObservedHost.unreachable(target.name, str(exc))
     memory.hold(target.name, facts, observed)

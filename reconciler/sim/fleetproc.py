@@ -11,7 +11,8 @@ spec (JSON) says what to stand up:
 
 The process prints one line when every host answers SSH: {"port", "known_hosts",
 "client_key", "addresses", "standin_pid", "pid"}. Then, for each line "counts" on
-its stdin, it prints {HOST: [commands run, connections accepted, bytes in, bytes out]}. End of
+its stdin, it prints {HOST: [commands run, connections accepted, bytes in, bytes out, channels opened,
+session requests]} (`SimHost` says what each counts). End of
 stdin (the parent closed it, or died) closes the fleet, every container and
 the shared stand-in with it, and ends the process. `FleetProcess` is the
 parent's side.
@@ -70,7 +71,12 @@ async def serve(spec: dict[str, Any]) -> None:
         while line := await stdin.readline():
             if line.strip() == b"counts":
                 hosts = [(n, fleet.host(n)) for n in fleet.names]
-                _say({n: [len(h.commands), h.handshakes, h.bytes_in, h.bytes_out] for n, h in hosts})
+                _say(
+                    {
+                        n: [len(h.commands), h.handshakes, h.bytes_in, h.bytes_out, h.channels, h.requests]
+                        for n, h in hosts
+                    }
+                )
 
 
 def _say(obj: object) -> None:
@@ -113,13 +119,15 @@ class FleetProcess:
         self.ready = self._line(timeout)
         return self.ready
 
-    def counts(self, timeout: float = 60.0) -> dict[str, tuple[int, int, int, int]]:
-        """Per host: SSH commands run, SSH connections accepted, bytes received and sent, so far."""
+    def counts(self, timeout: float = 60.0) -> dict[str, tuple[int, int, int, int, int, int]]:
+        """Per host: commands run (a session's requests among them), SSH connections accepted, bytes received
+        and sent, exec channels opened and session requests received, so far."""
         if self.proc is None or self.proc.stdin is None:
             raise RuntimeError("the simulated fleet is not running")
         self.proc.stdin.write(b"counts\n")
         self.proc.stdin.flush()
-        return {host: (int(c), int(h), int(i), int(o)) for host, (c, h, i, o) in self._line(timeout).items()}
+        rows = self._line(timeout).items()
+        return {h: (int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5])) for h, r in rows}
 
     def _line(self, timeout: float) -> dict[str, Any]:
         if self.proc is None or self.proc.stdout is None:

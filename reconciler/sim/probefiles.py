@@ -5,8 +5,9 @@ launcher that refuses a copy whose bytes do not match. A simulated host keeps th
 under its own folder (`<work_dir>/fs/<path on the host>`), written from the bytes that arrived on stdin,
 so a test can delete or corrupt it and see the control node notice and send it again in the same cycle.
 The launcher's semantics are reproduced here exactly: `install` checks the hash of what arrived before
-writing it (0600, renamed into place, older versions removed), `run` reads the file and checks its hash
-before anything is answered, with the launcher's exit status and message. The facts themselves are the
+writing it (0600, renamed into place, older versions removed), `run` and `serve` read the file and check its
+hash before anything is answered, with the launcher's exit status and message (a session's copy is checked
+once, when it opens, as the launcher does before the program starts serving). The facts themselves are the
 simulated host's (`hostfacts`): the program reads a machine's /proc and docker, which a simulated host
 only has in memory. What the program really does on a host is tested by running it (`tests/facts`).
 """
@@ -52,15 +53,14 @@ class SimProbeFiles:
                 old.unlink(missing_ok=True)
         return None
 
-    def check(self, request: ProbeRequest) -> Refusal | None:
-        """None when the installed copy is there and matches its hash; else the launcher's refusal."""
-        assert request.program_path is not None
-        assert request.program_hash is not None
+    def check(self, program_path: str, program_hash: str) -> Refusal | None:
+        """None when the installed copy is there and matches its hash; else the launcher's refusal (`run`, and
+        `serve` before a session answers anything)."""
         try:
-            with self.path(request.program_path).open("rb") as f:
+            with self.path(program_path).open("rb") as f:
                 data = f.read(PROGRAM_MAX_BYTES + 1)
         except OSError as exc:
             return PROBE_NOT_INSTALLED, f"{NOT_INSTALLED_MESSAGE}: {exc.strerror}\n"
-        if hashlib.sha256(data).hexdigest() != request.program_hash:
-            return PROBE_NOT_INSTALLED, f"{NOT_INSTALLED_MESSAGE}: {request.program_path} does not match its hash\n"
+        if hashlib.sha256(data).hexdigest() != program_hash:
+            return PROBE_NOT_INSTALLED, f"{NOT_INSTALLED_MESSAGE}: {program_path} does not match its hash\n"
         return None

@@ -26,13 +26,14 @@ from typing import Any
 from reconciler.facts import commands as fc
 from reconciler.facts.gpu_script import GPU_FREE_EXIT_BUSY
 from reconciler.facts.labels import LABEL_MANAGED, LABEL_RANK, MANAGED_VALUE
+from reconciler.facts.probe_serve import read_request_line
 from reconciler.sim import modelfiles
 from reconciler.sim.containers import SimContainer
 from reconciler.sim.dockerd import Result, SimDockerDaemon
 from reconciler.sim.engineargs import scan_engine_argv
 from reconciler.sim.hostfacts import GIB, EnvFile, SimHostFacts
 from reconciler.sim.netstat import ListeningTable
-from reconciler.sim.probefiles import SimProbeFiles
+from reconciler.sim.probefiles import Refusal, SimProbeFiles
 from reconciler.sim.registry import SimRegistry
 from reconciler.sim.sharedclient import SharedStandinClient
 from reconciler.sim.standin_ray import engine_argv
@@ -106,6 +107,20 @@ class SimContainerRuntime:
             return argv[3] == fc.LAUNCHER_SCRIPT and list(argv[5:6]) == ["install"]  # the program comes on stdin
         return marker == fc.ENVFILE_MARKER and list(argv[5:6]) == ["write"]
 
+    @staticmethod
+    def is_probe_session(argv: Sequence[str]) -> bool:
+        """Whether `argv` starts a probe session (`facts/probe_serve.py`): it answers request lines on stdin."""
+        return fc.command_marker(argv) == fc.PROBE_MARKER and argv[3] == fc.LAUNCHER_SCRIPT and argv[5:6] == ["serve"]
+
+    def open_probe_session(self, argv: Sequence[str]) -> Refusal | None:
+        """What the launcher does before the program serves: the argv exactly as `facts.commands` builds it,
+        then the installed copy read and checked against its hash. None: the session may answer requests."""
+        wrong = _session_argv_refusal(argv)
+        if wrong is not None:
+            return 2, wrong
+        path, program_hash = fc.read_probe_session_argv(argv)
+        return self.probe_files.check(path, program_hash)
+
     # -- the one entry point -------------------------------------------------
 
     async def execute(self, argv: list[str], stdin: str | None = None) -> Result:
@@ -146,6 +161,8 @@ class SimContainerRuntime:
         return 0, json.dumps({"gpu": "free", "waited_s": round(held, 3)}) + "\n", ""
 
     def _fact_command(self, marker: str, argv: list[str], stdin: str | None) -> Result:
+        if self.is_probe_session(argv):
+            return self._probe_request(argv, stdin or "")
         try:
             if marker == fc.PROBE_MARKER:
                 probe = fc.read_probe_argv(argv)
@@ -154,6 +171,7 @@ class SimContainerRuntime:
                     expected = fc.probe_argv(*paths)
                 else:
                     assert probe.program_path is not None
+                    assert probe.mode != "serve"  # read_probe_argv reads run and install only
                     expected = fc.installed_probe_argv(probe.mode, probe.program_path, probe.known, *paths)
             elif marker == fc.LEASE_MARKER:
                 lease = fc.read_lease_argv(argv)
@@ -171,7 +189,12 @@ class SimContainerRuntime:
         if marker == fc.PROBE_MARKER:
             if probe.mode != "inline":
                 install = probe.mode == "install"
-                refused = self.probe_files.install(probe, stdin or "") if install else self.probe_files.check(probe)
+                if install:
+                    refused = self.probe_files.install(probe, stdin or "")
+                else:
+                    assert probe.program_path is not None
+                    assert probe.program_hash is not None
+                    refused = self.probe_files.check(probe.program_path, probe.program_hash)
                 if refused is not None:
                     return refused[0], "", refused[1]
             return 0, self._probe(probe), ""
@@ -183,6 +206,19 @@ class SimContainerRuntime:
             return status, "", err
         self.facts.drop_caches()
         return 0, "", ""
+
+    def _probe_request(self, argv: list[str], line: str) -> Result:
+        """One request line of an open session (`sshd` checked the session's argv and installed copy when it
+        opened, as the launcher does once before the program serves): the program's answer, or its refusal of a
+        malformed request (exit 2, the program's message; the session ends)."""
+        wrong = _session_argv_refusal(argv)
+        if wrong is not None:
+            return 2, "", wrong
+        try:
+            request = read_request_line(line)
+        except ValueError as exc:
+            return 2, "", f"lanes-probe: malformed request: {exc}\n"
+        return 0, self._probe(request), ""
 
     def _probe(self, request: fc.ProbeRequest) -> str:
         self.daemon.reap_auto_removed()
@@ -216,6 +252,17 @@ class SimContainerRuntime:
     async def shutdown(self) -> None:
         """End every process this host started: SIGTERM, then SIGKILL after 2 s."""
         await asyncio.gather(*(c.stop(2.0) for c in self.daemon.spawned))
+
+
+def _session_argv_refusal(argv: Sequence[str]) -> str | None:
+    """None when `argv` is a probe session's exactly as `facts.commands` builds it; else what the host says."""
+    try:
+        path, _ = fc.read_probe_session_argv(argv)
+    except ValueError as exc:
+        return f"{fc.PROBE_MARKER}: {exc}\n"
+    if list(argv) != fc.probe_session_argv(path):
+        return f"{fc.PROBE_MARKER}: argv differs from what reconciler.facts.commands builds\n"
+    return None
 
 
 def _probe_view(c: SimContainer) -> dict[str, Any]:

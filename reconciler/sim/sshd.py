@@ -6,7 +6,8 @@ not trusted), per-host failures (a host that stops answering), and commands
 that arrive as one `shlex.join`ed string. Each `SimHost` listens on its own
 loopback address (all of 127.0.0.0/8 is loopback on Linux), so every host
 can also serve its engine on port 8000 like a real Spark, and hands each
-exec request, split back into argv, to its `SimContainerRuntime`.
+exec request, split back into argv, to its `SimContainerRuntime`; the probe's
+long-lived session is served line by line (`probesession`).
 
 `SimFleet` makes the keys: one host key per host, one client key, and a
 known_hosts file pinning each `[address]:port`, all under `work_dir`. A
@@ -32,11 +33,17 @@ import asyncssh
 
 from reconciler.sim import shellwords
 from reconciler.sim.netstat import ListeningTable
+from reconciler.sim.probesession import serve_probe_session
 from reconciler.sim.registry import SimRegistry
 from reconciler.sim.runtime import SimContainerRuntime
 from reconciler.sim.sharedclient import SharedStandinClient
 
 log = logging.getLogger(__name__)
+
+
+MAX_SESSIONS = 10
+"""sshd's default MaxSessions (sshd_config(5)): open sessions (channels) per connection. A hardened host may set
+fewer (CIS benchmarks ask for 4 or less); `SimHost.max_sessions` stages that."""
 
 
 class SimTarget(NamedTuple):
@@ -53,6 +60,23 @@ class _Server(asyncssh.SSHServer):
     def __init__(self, host: SimHost) -> None:
         self._host = host
         self._conn: asyncssh.SSHServerConnection | None = None
+        self._sessions = 0
+
+    def session_requested(self) -> asyncssh.SSHServerProcess[str]:
+        # sshd refuses a connection's session past MaxSessions (10 unless sshd_config says otherwise,
+        # sshd_config(5)) with "administratively prohibited" and the text "open failed" (OpenSSH serverloop.c,
+        # server_input_channel_open), until one of them closes.
+        if self._sessions >= self._host.max_sessions:
+            raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, "open failed")
+        self._sessions += 1
+        self._host.most_sessions = max(self._host.most_sessions, self._sessions)
+        return asyncssh.SSHServerProcess(self._counted, None, 0, False)
+
+    async def _counted(self, process: asyncssh.SSHServerProcess[str]) -> None:
+        try:
+            await self._host.handle(process)
+        finally:
+            self._sessions -= 1
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
@@ -91,13 +115,25 @@ class SimHost:
         self.host_key = host_key
         self.authorized_keys = authorized_keys
         self.commands: list[list[str]] = []
+        """Every command the host was asked to run: an exec'd command line, or a request line a session
+        answered or refused (recorded as its session's argv: one probe either way). A session's start is a
+        channel (`channels`), not a command."""
         self.connections: set[asyncssh.SSHServerConnection] = set()
         self.handshakes = 0
         """Connections ever accepted: a client that pools its connections adds none per cycle."""
+        self.channels = 0
+        """Exec channels ever opened (commands run, sessions started): a probe on an open session adds none."""
+        self.requests = 0
+        """Request lines received by sessions (the probe's round trips on its session)."""
         self.bytes_in = 0
-        """Bytes of every command line and stdin received (what a probe costs on the wire, less SSH framing)."""
+        """Bytes of every command line, stdin and request line received (what a probe costs on the wire, less
+        SSH framing)."""
         self.bytes_out = 0
         """Bytes of every stdout and stderr sent back."""
+        self.max_sessions = MAX_SESSIONS
+        """Sessions one connection may hold open at once (sshd's MaxSessions)."""
+        self.most_sessions = 0
+        """The most sessions one connection held open at once: a client that bounds its channels stays under."""
         self._acceptor: asyncssh.SSHAcceptor | None = None
 
     @property
@@ -113,8 +149,6 @@ class SimHost:
                 sock=sock,
                 server_factory=lambda: _Server(self),
                 server_host_keys=[self.host_key],
-                process_factory=self._handle,
-                allow_scp=False,
             )
         except BaseException:
             sock.close()
@@ -131,7 +165,7 @@ class SimHost:
             await conn.wait_closed()
         self.connections.clear()
 
-    async def _handle(self, process: asyncssh.SSHServerProcess[str]) -> None:
+    async def handle(self, process: asyncssh.SSHServerProcess[str]) -> None:
         command = process.command
         if command is None:
             process.stderr.write("sim: no interactive shell on a simulated host\n")
@@ -143,11 +177,33 @@ class SimHost:
             process.stderr.write(f"sh: syntax error: {exc}\n")
             process.exit(2)
             return
+        self.channels += 1
+        if self.runtime.is_probe_session(argv):
+            self.bytes_in += len(command.encode())
+            await serve_probe_session(self, process, argv)
+            return
         self.commands.append(argv)
         stdin = await process.stdin.read() if self.runtime.wants_stdin(argv) else None
         self.bytes_in += len(command.encode()) + len((stdin or "").encode())
-        # sshd hangs up a session's command when its client goes away; a command still waiting to run
-        # (a slow host) then never runs, so it is cancelled here the same way.
+        answer = await self.until_gone(process, argv, stdin)
+        if answer is None:
+            return
+        status, out, err = answer
+        self.bytes_out += len(out.encode()) + len(err.encode())
+        try:
+            process.stdout.write(out)
+            process.stderr.write(err)
+            process.exit(status)
+        except (OSError, asyncssh.Error):
+            pass  # the client gave up (timeout, dropped connection) before the answer
+
+    async def until_gone(
+        self, process: asyncssh.SSHServerProcess[str], argv: list[str], stdin: str | None
+    ) -> tuple[int, str, str] | None:
+        """The runtime's answer to `argv`, or None when the client went away first.
+
+        sshd hangs up a session's command when its client goes away; a command still waiting to run
+        (a slow host) then never runs, so it is cancelled here the same way."""
         work = asyncio.ensure_future(self.runtime.execute(argv, stdin))
         gone = asyncio.ensure_future(process.channel.wait_closed())
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -156,19 +212,12 @@ class SimHost:
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await work
-            return
+            return None
         try:
-            status, out, err = work.result()
+            return work.result()
         except Exception as exc:  # a bug in the sim must reach the test as a failed command
             log.exception("sim host %s failed on %s", self.name, argv[:3])
-            status, out, err = 1, "", f"sim: internal error: {exc!r}\n"
-        self.bytes_out += len(out.encode()) + len(err.encode())
-        try:
-            process.stdout.write(out)
-            process.stderr.write(err)
-            process.exit(status)
-        except (OSError, asyncssh.Error):
-            pass  # the client gave up (timeout, dropped connection) before the answer
+            return 1, "", f"sim: internal error: {exc!r}\n"
 
 
 def host_addresses(base_address: str, count: int) -> list[str]:

@@ -15,8 +15,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from reconciler.store.journal import Store
+if TYPE_CHECKING:  # only a type here: `read_cached` (lanes check) needs no sqlite-utils
+    from reconciler.store.journal import Store
 
 PREFLIGHTS = "preflights"  # the SQL below names it literally
 COLUMNS: dict[str, type] = {

@@ -1,4 +1,4 @@
-"""What every transport promises: run one argv on one host, get a result.
+"""What every transport promises: run one argv on one host, get a result; or keep one running as a session.
 
 The executor and the probe talk to hosts only through `Transport`, so the
 same code drives real Sparks over SSH, a single local host, and the
@@ -6,6 +6,10 @@ simulator. The helpers here hold the rules every transport must share: argv
 is quoted with `shlex.join` (a lane field is never pasted into a shell
 string), a non-zero exit names the host, argv, status and stderr, and a
 timeout reads as an unreachable host so the caller retries next cycle.
+
+A `Session` is a command left running on a host that answers one request line with one answer line
+(the probe's, `facts/probe_serve.py`); `transport/session.py` holds the rules every implementation
+shares (one request in flight, bounded answers, closed on anything unexpected).
 """
 
 from __future__ import annotations
@@ -47,6 +51,39 @@ class CommandResult:
         return self.exit_status == 0
 
 
+class Session(Protocol):
+    """A command running on a host that answers request lines (`transport/session.py` `LineSession`)."""
+
+    @property
+    def argv(self) -> tuple[str, ...]: ...
+
+    @property
+    def closed(self) -> bool:
+        """True once it ended, was closed, or lost its connection: never to be asked again."""
+        ...
+
+    @property
+    def answered(self) -> int:
+        """Requests it answered."""
+        ...
+
+    @property
+    def ended(self) -> CommandResult | None:
+        """How the command ended, when it ended on its own (exit status, stderr)."""
+        ...
+
+    @property
+    def idle_s(self) -> float:
+        """Seconds since it opened or last answered."""
+        ...
+
+    async def request(self, line: str, *, timeout: float, limit: int) -> str:
+        """One answer line for one request line; HostUnreachableError (and the session closed) otherwise."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class Transport(Protocol):
     """Runs argv lists on hosts; one implementation per way of reaching them."""
 
@@ -59,6 +96,11 @@ class Transport(Protocol):
         timeout: float = 30.0,
         check: bool = True,
     ) -> CommandResult: ...
+
+    async def session(self, host: HostTarget, argv: Sequence[str], *, timeout: float = 30.0) -> Session:
+        """The host's session running `argv`: the open one, or a new one (one with another argv is closed
+        first: a host keeps at most one). Closed by `close()`, and with the connection it runs on."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -5,7 +5,9 @@ per command would cost a key exchange each time and hammer sshd's
 MaxStartups. So each (address, port, user) keeps one connection, opened
 lazily under a per-key lock (concurrent first calls share one connect) and
 multiplexing commands as channels. A global semaphore bounds commands in
-flight across the fleet.
+flight across the fleet. A host may also keep one long-lived command as a
+session on its connection (`session`, `transport/session.py`): the probe's,
+answering a request line per probe on a channel that stays open.
 
 Trust is explicit: host keys must be pinned in the known_hosts file we are
 given (no trust on first use), and we log in with the given client keys only
@@ -25,7 +27,10 @@ import asyncssh
 import structlog
 
 from reconciler.errors import HostKeyError, HostUnreachableError, PermanentError
-from reconciler.transport.base import CommandResult, HostTarget, checked, command_line, timed_out
+from reconciler.transport.base import CommandResult, HostTarget, Session, checked, command_line, timed_out
+from reconciler.transport.session import LineSession
+from reconciler.transport.sshkeys import ClientKeys
+from reconciler.transport.sshpipe import SSHPipe
 
 log = structlog.get_logger(__name__)
 
@@ -50,6 +55,14 @@ fleet was most of its idle CPU (every 60 s, 130-180 ms in a burst: 0.25-0.3 % of
 15 s, 3 %). A TCP probe costs the daemon nothing and keeps NAT and firewall state alive as well."""
 
 
+COMMANDS_PER_HOST = 8
+"""Commands one host runs at once over its connection. sshd refuses a connection's session past MaxSessions
+(10 by default, sshd_config(5)) with "open failed"; the host's probe session holds one for good, and one is left
+spare for a probe session reopening while its old channel closes. A command past the bound waits its turn (its
+timeout starts when it runs), where it would have failed. Hosts hardened below the default (CIS: MaxSessions 4)
+need `max_per_host` lowered to their MaxSessions less two."""
+
+
 class _StaleConnectionError(Exception):
     """The pooled connection died before our channel opened: safe to reconnect."""
 
@@ -63,6 +76,7 @@ class SSHTransport:
         client_keys: Sequence[Path],
         *,
         max_concurrency: int = 64,
+        max_per_host: int = COMMANDS_PER_HOST,
         connect_timeout: float = 10.0,
         keepalive_idle_s: int = KEEPALIVE_IDLE_S,
         keepalive_interval_s: int = KEEPALIVE_INTERVAL_S,
@@ -71,13 +85,17 @@ class SSHTransport:
         if not client_keys:
             raise ValueError("SSHTransport needs at least one client key")
         self._known_hosts = Path(known_hosts)
-        self._client_keys = [str(p) for p in client_keys]
+        self._client_keys = ClientKeys([str(p) for p in client_keys])
         self._connect_timeout = connect_timeout
         self._keepalive = (keepalive_idle_s, keepalive_interval_s, keepalive_count)
         self._slots = asyncio.Semaphore(max_concurrency)
+        self._max_per_host = max_per_host
+        self._host_slots: dict[_PoolKey, asyncio.Semaphore] = {}
         self._conns: dict[_PoolKey, asyncssh.SSHClientConnection] = {}
         self._locks: dict[_PoolKey, asyncio.Lock] = {}
         self._pinned: tuple[str, asyncssh.SSHKnownHosts] | None = None  # the file's text, parsed
+        self._sessions: dict[_PoolKey, LineSession] = {}
+        self._session_locks: dict[_PoolKey, asyncio.Lock] = {}
 
     @property
     def connection_count(self) -> int:
@@ -95,7 +113,9 @@ class SSHTransport:
     ) -> CommandResult:
         command_line(argv)  # refuse a bad argv before waiting for a slot
         args = tuple(argv)
-        async with self._slots:
+        host_slots = self._host_slots.setdefault(_pool_key(host), asyncio.Semaphore(self._max_per_host))
+        # The host's own bound first: a command waiting for its host holds none of the fleet's slots.
+        async with host_slots, self._slots:
             started = time.monotonic()
             # The timeout starts once we hold a slot: waiting behind other
             # hosts' commands is not this host being unreachable.
@@ -117,7 +137,56 @@ class SSHTransport:
         )
         return checked(result) if check else result
 
+    async def session(self, host: HostTarget, argv: Sequence[str], *, timeout: float = 30.0) -> Session:
+        command_line(argv)
+        args = tuple(argv)
+        key = _pool_key(host)
+        async with self._session_locks.setdefault(key, asyncio.Lock()):  # concurrent callers share one open
+            current = self._sessions.get(key)
+            if current is not None and current.argv == args and not current.closed:
+                return current
+            if current is not None:
+                await current.close()  # ended, or another program (a new state folder): one session per host
+            async with self._slots:
+                try:
+                    async with asyncio.timeout(timeout):
+                        pipe = await self._open_session(host, args)
+                except TimeoutError:
+                    raise timed_out(host, args, timeout) from None
+            opened = LineSession(host, args, pipe, on_close=self._session_closed, slots=self._slots)
+            self._sessions[key] = opened
+            return opened
+
+    def _session_closed(self, session: LineSession) -> None:
+        key = _pool_key(session.host)
+        if self._sessions.get(key) is session:
+            del self._sessions[key]
+
+    async def _open_session(self, host: HostTarget, argv: tuple[str, ...]) -> SSHPipe:
+        # As `_execute`: a connection found dead when the channel opens is replaced once (nothing was sent).
+        for attempt in (1, 2):
+            conn = await self._connection(host)
+            try:
+                # stdin stays open (the requests); bytes, not text: the session bounds and decodes its answers.
+                process = await conn.create_process(command_line(argv), stdin=asyncssh.PIPE, encoding=None)
+            except asyncssh.ChannelOpenError as exc:
+                if exc.code != asyncssh.OPEN_CONNECT_FAILED:
+                    raise HostUnreachableError(host.name, f"cannot open a session: {exc.reason}") from None
+                await self._discard(host, conn)
+                if attempt == 2:
+                    raise HostUnreachableError(host.name, f"connection lost: {exc.reason}") from None
+                log.info("ssh.reconnect", host=host.name, reason=exc.reason)
+                continue
+            except (asyncssh.DisconnectError, OSError) as exc:
+                if conn.is_closed():
+                    await self._discard(host, conn)
+                raise HostUnreachableError(host.name, f"connection lost starting {argv[0]}: {exc}") from None
+            return SSHPipe(process, conn)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def close(self) -> None:
+        for session in list(self._sessions.values()):
+            await session.close()
         conns = list(self._conns.values())
         self._conns.clear()
         for conn in conns:
@@ -197,6 +266,9 @@ class SSHTransport:
         key = _pool_key(host)
         if self._conns.get(key) is conn:
             del self._conns[key]
+        session = self._sessions.get(key)
+        if session is not None and isinstance(session.pipe, SSHPipe) and session.pipe.conn is conn:
+            await session.close()  # it runs on the connection going away
         conn.close()
         await conn.wait_closed()
 
@@ -225,12 +297,13 @@ class SSHTransport:
         where = f"{host.address}:{host.port}"
         known_hosts = self._pinned_keys(host)
         try:
+            client_keys = self._client_keys.get()  # parsed once, again when a key file changes (sshkeys.py)
             conn = await asyncssh.connect(
                 host.address,
                 host.port,
                 username=host.user,
                 known_hosts=known_hosts,
-                client_keys=self._client_keys,
+                client_keys=client_keys,
                 agent_path=None,
                 password=None,
                 preferred_auth="publickey",

@@ -8,14 +8,23 @@ proposal branches, sqlite-utils for what was seen. Entry points:
 - `gap_rows(desired, store)`: the "Where we are" table (`lanes upstream`).
 - `propose_all(repo, store, settings)`: proposal branches and pull requests
   for lanes with `track:` (`lanes propose`).
+
+The names are imported from their modules on first use, not with the package: what reads only the
+mirrors (`ancestry.py`, for `lanes check`) must not pay for the HTTP client.
 """
 
-from reconciler.upstream.base import Clock, PollResult, PollSettings
-from reconciler.upstream.forge import ForgeSettings
-from reconciler.upstream.gap import GapRow, gap_rows
-from reconciler.upstream.poll import make_client, poll_all, poll_source
-from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, propose_all
-from reconciler.upstream.store import UpstreamStore
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reconciler.upstream.base import Clock, PollResult, PollSettings
+    from reconciler.upstream.forge import ForgeSettings
+    from reconciler.upstream.gap import GapRow, gap_rows
+    from reconciler.upstream.poll import make_client, poll_all, poll_source
+    from reconciler.upstream.proposals import ProposalOutcome, ProposalSettings, propose_all
+    from reconciler.upstream.store import UpstreamStore
 
 __all__ = [
     "Clock",
@@ -32,3 +41,26 @@ __all__ = [
     "poll_source",
     "propose_all",
 ]
+
+_HOMES = {
+    "Clock": "base",
+    "PollResult": "base",
+    "PollSettings": "base",
+    "ForgeSettings": "forge",
+    "GapRow": "gap",
+    "gap_rows": "gap",
+    "make_client": "poll",
+    "poll_all": "poll",
+    "poll_source": "poll",
+    "ProposalOutcome": "proposals",
+    "ProposalSettings": "proposals",
+    "propose_all": "proposals",
+    "UpstreamStore": "store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{home}"), name)

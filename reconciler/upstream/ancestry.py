@@ -23,7 +23,7 @@ from reconciler.policy.ancestry import FixAnswer, FixQuestion, fix_questions
 from reconciler.spec.load import DesiredState
 from reconciler.spec.policyfiles import KnownIssuesFile
 from reconciler.spec.upstream import GitHead, UpstreamSource
-from reconciler.upstream.githead import mirror_path
+from reconciler.upstream.mirrors import mirror_path
 
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +24,10 @@ from pygit2.enums import SortMode
 from reconciler.errors import PermanentError, TransientError
 from reconciler.spec.upstream import GitHead
 from reconciler.upstream.base import Clock, PollResult, PollSettings, failed
+from reconciler.upstream.mirrors import mirror_path
 from reconciler.upstream.store import HeadRecord, PollState, UpstreamStore
 
 log = structlog.get_logger(__name__)
-
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
 @dataclass(frozen=True)
@@ -38,10 +36,6 @@ class FetchedHead:
     committed: float
     commits: tuple[tuple[str, str], ...]
     """(sha, subject), newest first, since the previous head (exclusive)."""
-
-
-def mirror_path(data_dir: Path, source: str) -> Path:
-    return data_dir / "mirrors" / f"{_SAFE_NAME.sub('_', source)}.git"
 
 
 def open_mirror(path: Path) -> pygit2.Repository:

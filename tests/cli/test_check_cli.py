@@ -176,8 +176,8 @@ def test_random_mutations_of_valid_yaml_exit_2_with_file_and_field(target: str, 
 
 def test_check_says_who_judged_each_lanes_flags_and_a_kept_image_refusal_denies(tmp_path: Path) -> None:
     from reconciler.cli.common import load_commit
-    from reconciler.execute.preflight import head_key
     from reconciler.policy import evaluate
+    from reconciler.policy.preflight import head_key
     from reconciler.store import preflight as kept
     from reconciler.store.journal import Store
     from tests.support.example import EUGR

@@ -23,7 +23,7 @@ from reconciler.execute.hostops import HostOps
 from reconciler.facts import docker
 from reconciler.facts.commands import probe_argv
 from reconciler.facts.parse import parse_probe
-from reconciler.transport.base import CommandResult, HostTarget, checked
+from reconciler.transport.base import CommandResult, HostTarget, Session, checked
 
 from .test_host_scripts import _fake_docker, _run, host_fact_errors
 
@@ -165,6 +165,9 @@ class RecordedHost:
         status, stdout, stderr = self.answers.get(tuple(argv), (0, "", ""))
         result = CommandResult(host.name, tuple(argv), status, stdout, stderr, 0.0)
         return checked(result) if check else result  # what the real transports raise
+
+    async def session(self, host: HostTarget, argv: Sequence[str], *, timeout: float = 30.0) -> Session:
+        raise AssertionError("docker commands never open a session")
 
     async def close(self) -> None:
         return None

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,29 +13,9 @@ from reconciler.facts.commands import PROBE_SCRIPT, installed_probe_argv
 from reconciler.facts.parse import parse_probe_answer
 from reconciler.facts.probe_digest import fact_digest
 from reconciler.facts.probe_program import PROBE_NOT_INSTALLED, PROBE_PROGRAM_SHA256, program_path
+from tests.facts.probeprocs import run_probe as _run
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def bin_dir(tmp_path: Path) -> Path:
-    """PATH for the probe: python3 only (no docker, no nvidia-smi: those are errors it reports)."""
-    path = tmp_path / "bin"
-    path.mkdir()
-    (path / "python3").symlink_to(os.path.realpath(sys.executable))
-    return path
-
-
-UNSHARE = shutil.which("unshare") if os.geteuid() == 0 else None
-"""The probe digests this machine's listening sockets: run as root, each probe gets a network namespace of its
-own (nothing listens there), so sockets other tests open and close between two probes do not change it."""
-
-
-def _run(bin_dir: Path, argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    argv = [UNSHARE, "--net", "--", *argv] if UNSHARE else argv
-    return subprocess.run(
-        argv, input=stdin, capture_output=True, text=True, timeout=30, env={"PATH": str(bin_dir)}, check=False
-    )
 
 
 def _argv(tmp_path: Path, mode: str, known: str | None = None) -> list[str]:

@@ -279,7 +279,8 @@ class Rig:
                 "PermitRootLogin prohibit-password",
                 "StrictModes no",
                 "MaxStartups 100:30:200",
-                "MaxSessions 100",
+                # MaxSessions is sshd's default (10 a connection), as on a stock Spark: lanes keeps a probe
+                # session open on its connection and stays under the rest (transport/ssh.py COMMANDS_PER_HOST).
                 "LogLevel VERBOSE",
                 # Each host has a home of its own, as each Spark does (and this machine's root ~/.bashrc,
                 # which bash reads for every ssh command, stays out of the hosts).

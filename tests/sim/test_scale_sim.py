@@ -269,7 +269,7 @@ def test_fleet_process_counts_commands_and_ends_everything_it_started(tmp_path: 
     try:
         ready = fleet.start(timeout=30)
         assert ready["addresses"] == {"h1": "127.78.7.1", "h2": "127.78.7.2"}
-        assert fleet.counts() == {"h1": (0, 0, 0, 0), "h2": (0, 0, 0, 0)}
+        assert fleet.counts() == {"h1": (0, 0, 0, 0, 0, 0), "h2": (0, 0, 0, 0, 0, 0)}
 
         async def two_commands() -> list[tuple[str, int]]:
             options = {
@@ -291,7 +291,7 @@ def test_fleet_process_counts_commands_and_ends_everything_it_started(tmp_path: 
         assert 18000 in parse_probe("h1", probe_out).listening  # served by the shared stand-in, on h1's address
         # Bytes in: both command lines; out: both answers (docker run prints the pull and the id, the probe its JSON).
         received = len(run_out.encode()) + len(probe_out.encode())
-        assert fleet.counts() == {"h1": (2, 1, sent, received), "h2": (0, 0, 0, 0)}
+        assert fleet.counts() == {"h1": (2, 1, sent, received, 2, 0), "h2": (0, 0, 0, 0, 0, 0)}
         pids = [fleet.pid, int(ready["standin_pid"])]
     finally:
         fleet.close(timeout=30)

@@ -129,8 +129,11 @@ def serve(path: str) -> None:
 
     A request is one message (JSON: args, env, cwd) carrying stdin, stdout and stderr; the answer is the
     child's pid, then its exit status, on the same connection. The server ends when its parent does."""
-    import reconciler.cli.main  # what every run would import
-    import reconciler.daemon.service  # noqa: F401  # what `lanes daemon` imports when it starts
+    import reconciler.cli.main
+    import reconciler.daemon.service  # what `lanes daemon` imports when it starts
+
+    # Every command's modules, imported once here: a run imports those of the command it names (`run`).
+    reconciler.cli.main.build()
 
     del sys.modules[MODULE]  # runpy runs it afresh as __main__, as `-m` does (and warns if it is there)
     parent = os.getppid()

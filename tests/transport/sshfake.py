@@ -30,6 +30,10 @@ class FakeSSHServer:
     in_flight: int = 0
     max_in_flight: int = 0
     sleeping: asyncio.Event = field(default_factory=asyncio.Event)
+    requests: list[str] = field(default_factory=list)
+    """Lines a `lines` session received."""
+    sessions_ended: int = 0
+    """`lines` sessions whose handler finished (their channel closed or stdin ended)."""
     _acceptor: asyncssh.SSHAcceptor | None = None
     _conns: list[asyncssh.SSHServerConnection] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -110,6 +114,8 @@ class FakeSSHServer:
         if name == "false":
             process.stderr.write("first line\nit went wrong\n")
             return 1
+        if name == "lines":
+            return await self._lines(process)
         if name == "selfkill":
             process.exit_with_signal("KILL")
             return None
@@ -124,3 +130,36 @@ class FakeSSHServer:
             return 0
         process.stderr.write(f"{name}: command not found\n")
         return 127
+
+    async def _lines(self, process: asyncssh.SSHServerProcess[str]) -> int | None:
+        """A session answering a line at a time: WORD -> WORD upper-cased; `slow` after a while; `hang` never;
+        `big N` with N bytes; `two` with two lines; `quit S` says bye on stderr and exits S. EOF: exit 0."""
+        try:
+            while line := await process.stdin.readline():
+                request = line.rstrip("\n")
+                self.requests.append(request)
+                word, _, arg = request.partition(" ")
+                if word == "hang":
+                    self.sleeping.set()
+                    await process.channel.wait_closed()  # never answers: until the client closes the channel
+                    return None
+                if word == "slow":
+                    self.in_flight += 1
+                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                    self.sleeping.set()
+                    await asyncio.sleep(0.2)
+                    self.in_flight -= 1
+                if word == "big":
+                    process.stdout.write("x" * int(arg) + "\n")
+                elif word == "two":
+                    process.stdout.write("a\nb\n")
+                elif word == "quit":
+                    process.stderr.write("bye\n")
+                    return int(arg)
+                else:
+                    process.stdout.write(request.upper() + "\n")
+            return 0
+        except (OSError, asyncssh.Error):
+            return None  # the client closed the channel
+        finally:
+            self.sessions_ended += 1

@@ -9,7 +9,8 @@ import pytest
 
 from reconciler.spec.upstream import GitHead
 from reconciler.upstream.base import PollSettings
-from reconciler.upstream.githead import mirror_path, poll_git_head
+from reconciler.upstream.githead import poll_git_head
+from reconciler.upstream.mirrors import mirror_path
 from reconciler.upstream.store import UpstreamStore
 from tests.support.upstreamgit import commit
 from tests.upstream.conftest import VirtualClock
