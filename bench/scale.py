@@ -142,8 +142,11 @@ def fleet_spec(loaded: LoadedCommit, work_dir: Path, base: str) -> dict[str, Any
     }
 
 
-def write_config(tmp: Path, repo: Path, ready: dict[str, Any], http_port: int, resync_s: float) -> Path:
+def write_config(
+    tmp: Path, repo: Path, ready: dict[str, Any], http_port: int, resync_s: float, health_s: float | None = None
+) -> Path:
     (tmp / "secrets").mkdir(mode=0o700, exist_ok=True)
+    health = f"health_interval_s = {health_s}\n" if health_s else ""
     hosts = "".join(
         f'[hosts.{name}]\naddress = "{address}"\nport = {ready["port"]}\nuser = "lanes"\n'
         for name, address in ready["addresses"].items()
@@ -152,7 +155,7 @@ def write_config(tmp: Path, repo: Path, ready: dict[str, Any], http_port: int, r
         f'[repo]\nurl = "{repo}"\nbranch = "main"\nmirror_dir = "{tmp / "mirror"}"\nresync_interval_s = {resync_s}\n'
         f'[ssh]\nkey = "{ready["client_key"]}"\nknown_hosts = "{ready["known_hosts"]}"\n'
         f'[daemon]\nowner = "lanes-bench"\ndb = "{tmp / "daemon.db"}"\nsecrets_dir = "{tmp / "secrets"}"\n'
-        f'log_level = "info"\n[http]\nlisten = "127.0.0.1:{http_port}"\n{hosts}'
+        f'log_level = "info"\n{health}[http]\nlisten = "127.0.0.1:{http_port}"\n{hosts}'
     )
     path = tmp / "reconciler.toml"
     path.write_text(text)
@@ -410,7 +413,8 @@ def run_size(hosts: int, index: int, args: argparse.Namespace) -> dict[str, Any]
         sim_up = time.monotonic() - t
         http_port = free_port()
         log = tmp / "daemon.log"
-        daemon = start_daemon(write_config(tmp, repo, ready, http_port, args.resync_s), log, args.profile, args.memory)
+        config = write_config(tmp, repo, ready, http_port, args.resync_s, args.health_s)
+        daemon = start_daemon(config, log, args.profile, args.memory)
         t0 = time.time()
         tail = LogTail(log)
         converge_s, first_cycle_rss = math.nan, math.nan
@@ -589,6 +593,13 @@ def main() -> None:
         "--resync-s", type=float, default=80.0, help="the daemon's resync_interval_s (10 or more, above the window)"
     )
     parser.add_argument("--resyncs", type=int, default=2, help="no-op resyncs to time per size")
+    parser.add_argument(
+        "--health-s",
+        type=float,
+        default=None,
+        help="the daemon's [daemon] health_interval_s (default: its own); a day keeps its health rounds out of "
+        "the figures, which then are the cycles' own",
+    )
     parser.add_argument("--idle-s", type=float, default=60.0, help="length of the idle-CPU window")
     parser.add_argument(
         "--settle-s", type=float, default=2.0, help="the idle window opens this long after a no-op resync ends"

@@ -174,6 +174,7 @@ class DaemonConfig(Section):
             origins=LocalOrigins(self.ssh.origin_roots, self.kept_from_origins()),
             # Facts a resync left are at most one interval old, unless a host stopped answering (then forgotten).
             reaction_max_age_s=self.repo.resync_interval_s + self.ssh.probe_timeout_s,
+            health_interval_s=self.daemon.health_interval_s,
         )
 
     def kept_from_origins(self) -> tuple[Path, ...]:

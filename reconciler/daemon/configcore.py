@@ -230,6 +230,13 @@ class DaemonSettings(Section):
         False, description="drop the page cache on a host before starting ranks (GB10 counts page cache as used)"
     )
     log_level: LogLevel = Field("info", description="debug, info, warning or error (JSON lines to journald)")
+    health_interval_s: float = Field(
+        120.0,
+        ge=1.0,
+        le=86400.0,
+        description="seconds between asks of each in-sync lane's engine health path, beside the cycles: a lane "
+        "whose engine stops answering is degraded within about this long",
+    )
 
     @model_validator(mode="before")
     @classmethod

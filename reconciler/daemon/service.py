@@ -33,26 +33,26 @@ from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.decider import CommitDecider
 from reconciler.daemon.experimentjob import ExperimentJob
 from reconciler.daemon.gatewayjob import GatewayJob
+from reconciler.daemon.healthjob import health_round
 from reconciler.daemon.hookroute import DeliveryWindow
 from reconciler.daemon.httpface import http_server
+from reconciler.daemon.lookagain import retry_blocked, retry_specs, retry_windows
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier
 from reconciler.daemon.retentionjob import prune_journal
 from reconciler.daemon.trialjob import make_trial
 from reconciler.daemon.trigger import LANE_KICK, Trigger
 from reconciler.daemon.upstreamjob import upstream_job
-from reconciler.errors import HostUnreachableError, LanesError
-from reconciler.execute.cycle import CycleRunner, window_clock
+from reconciler.errors import LanesError
+from reconciler.execute.cycle import CycleRunner
 from reconciler.execute.operations import Operations
 from reconciler.execute.secrets import lane_secrets, secret_values
-from reconciler.lane import LeasedBy
 from reconciler.logsetup import remember_secrets
 from reconciler.notifications import hub as notifications
 from reconciler.source.mirror import Mirror
 from reconciler.source.watch import watch_refs
 from reconciler.store.experiments import experiments
 from reconciler.store.journal import Store
-from reconciler.store.lanestate import lane_states
 from reconciler.store.status import status_rows
 from reconciler.transport.ssh import SSHTransport
 from reconciler.upstream.ancestry import fix_ancestry
@@ -76,6 +76,8 @@ FORCED = frozenset(
 """Reasons that reconcile even when the head did not move (the hosts or the daemon's footing may have; an
 operation that ended leaves lanes to plan: deferred behind it, or the newest spec after a preemption; a
 commit's reaction acted on its changed lanes alone, and the full cycle follows it)."""
+BACKGROUND = frozenset({"upstream", "experiments", "health"})
+"""Reasons that start a background job of their own (`step`), never a cycle."""
 OPERATIONS_STOP_S = 60.0
 """How long a shutdown waits for the operations it cancels to put their last healthy specs back (each restarts
 without waiting for the engine to load): inside the unit's TimeoutStopSec=90s."""
@@ -218,8 +220,10 @@ class Daemon:
             log.error("trial.job_crashed", error=f"{type(exc).__name__}: {exc}", exc_info=True)
 
     async def step(self, reasons: set[str]) -> None:
-        if reasons - {"upstream", "experiments"}:
-            await self.cycle(reasons)
+        if reasons - BACKGROUND:  # a cycle's reasons are its own (a health round kicked with a resync is not one)
+            await self.cycle(reasons - BACKGROUND)
+        if "health" in reasons:  # in-sync lanes' engines, beside the cycles (`reconciler.daemon.healthjob`)
+            self._background("health", partial(health_round, self.runner, self.operations, self.gateway.kick))
         if "upstream" in reasons and self.config.upstream.enabled:
             self._background("upstream", self._run_upstream)
         if "experiments" in reasons and self.config.experiments.enabled:
@@ -248,6 +252,9 @@ class Daemon:
 
     async def _resync_job(self) -> None:
         self.trigger.kick("resync")
+
+    async def _health_job(self) -> None:
+        self.trigger.kick("health")  # the main loop starts the round as a background job (`step`)
 
     def _guarded(self, job: Callable[[], Awaitable[None]], name: str) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
@@ -297,8 +304,8 @@ class Daemon:
             return  # records of this cycle are held: the head is reconciled again once they are written
         self.last_head = head
         self._retry_blocked()
-        self._retry_specs()
-        self._retry_windows()
+        retry_specs(self.retries, self.store)
+        retry_windows(self.retries, self.store)
         refused = self.decider.refused if outcome == "refused" else None
         busy = sorted(self.operations.busy() - self.operations.trials.lanes())  # trials: the jobs say them
         if busy:
@@ -313,7 +320,7 @@ class Daemon:
         if not self._store_ready():
             return  # said, and looked at again in a few seconds; that retry plans again too
         self._retry_blocked()
-        self._retry_specs()
+        retry_specs(self.retries, self.store)
         if replan:
             self.trigger.kick("operation")
 
@@ -335,45 +342,8 @@ class Daemon:
         return False
 
     def _retry_blocked(self) -> None:
-        """Lanes blocked by a lease or an unreachable host are looked at again soon, not at the resync.
-
-        One curve: a lease block's hold says when (`LeasedBy.at`, doubling from the blocking error's own
-        `delay_s`); a lane whose host did not answer waits `HostUnreachableError.delay_s`.
-        """
-        self.crash_backoff.reset()
-        if not self.decider.blocked:
-            self.retries.cancel("blocked-retry")
-            return
-        states = lane_states(self.store)
-        now = time.time()
-        due = []
-        for lane in self.decider.blocked:
-            hold = states[lane].hold if lane in states else None
-            at = hold.at if isinstance(hold, LeasedBy) else None
-            due.append(at - now if at is not None else HostUnreachableError.delay_s)
-        delay = max(0.5, min(due))
-        log.info("cycle.blocked", lanes=sorted(self.decider.blocked), retry_in_s=round(delay, 1))
-        self.retries.later("blocked-retry", delay)
-
-    def _retry_specs(self) -> None:
-        """A spec that failed on a passing fault is tried again when its backoff ends, not at the next resync."""
-        due = [at for _, at in self.store.retry_schedule().values()]
-        if not due:
-            self.retries.cancel("spec-retry")
-            return
-        delay = max(0.5, min(due) - time.time())
-        log.info("cycle.spec_retry", retry_in_s=round(delay, 1))
-        self.retries.later("spec-retry", delay)
-
-    def _retry_windows(self) -> None:
-        """A change held by a change window is looked at again when the window opens, not at the next resync."""
-        due = [r.held_until for r in self.store.lanes() if r.held_until is not None]
-        if not due:
-            self.retries.cancel("window-retry")
-            return
-        delay = max(0.5, min(due) - window_clock())
-        log.info("cycle.window_retry", retry_in_s=round(delay, 1))
-        self.retries.later("window-retry", delay)
+        self.crash_backoff.reset()  # a cycle ended: a crash before it is behind us
+        retry_blocked(self.retries, self.store, self.decider.blocked)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -388,6 +358,7 @@ class Daemon:
             (self._prune_job, "prune", self.config.retention.prune_interval_s),
             (self._fetch_job, "fetch", self.config.repo.fetch_interval_s),
             (self._resync_job, "resync", self.config.repo.resync_interval_s),
+            (self._health_job, "health", self.runner.health.tick_s or self.config.daemon.health_interval_s),
         ]
         if self.config.upstream.enabled:
             jobs.append((self._upstream_job, "upstream", self.config.upstream.interval_s))

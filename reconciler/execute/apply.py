@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from reconciler.execute.assess import Assessment, assessment_client, engine_answers
+from reconciler.execute.health import Engine, HealthWatch, observed
 from reconciler.execute.hostops import HostOps, LeaseHeldError
 from reconciler.execute.inflight import InFlight, take_back_cancel
 from reconciler.execute.leases import Leases
@@ -64,6 +65,7 @@ class Executor:
         config: ExecutorConfig,
         progress: ProgressFn | None = None,
         inflight: InFlight | None = None,
+        health: HealthWatch | None = None,
     ) -> None:
         self.ops = ops
         self.store = store
@@ -73,6 +75,8 @@ class Executor:
         self.inflight = inflight
         """The daemon's operations: host locks shared with the other operations, and preemption."""
         self._host_locks: dict[str, asyncio.Lock] = inflight.host_locks if inflight is not None else {}
+        self.health = health or HealthWatch()
+        """In-sync lanes' kept health answers (the daemon's, `reconciler.execute.health`); none: ask each."""
 
     async def apply(self, plan: Plan, desired: DesiredState, lease_file: str) -> list[LaneResult]:
         leases = Leases(self.ops, lease_file, self.config.owner, desired.fleet.lease_ttl_s, self.progress)
@@ -210,13 +214,10 @@ class Executor:
         health = lane.health if lane else Health()
         event: Event
         if lp.action == "noop" and lane is not None and lane.running:
-            head = lp.specs[0][0]
-            error = await engine_answers(client, self.ops.targets[head].address, lane.port, health)
-            if error is not None:
-                error = f"every rank runs, but the engine does not answer: {error}"
+            engine = Engine(lp.fingerprint, self.ops.targets[lp.specs[0][0]].address, lane.port, health)
+            event, result = observed(await self.health.look(lp.lane, engine, client)), Result.NOOP
+            if (error := event.why) is not None:
                 self.progress(ProgressEvent(lp.lane, "assess", "failed", error))
-            event = Observed(seen=Seen.READY if error is None else Seen.NOT_ANSWERING, why=error)
-            result = Result.NOOP
         elif lp.action == "noop":
             event, error, result = Observed(seen=Seen.NOTHING_RUNS), None, Result.NOOP
         elif lp.action == "denied":

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import quote
 
 import httpx
@@ -38,6 +40,22 @@ engines in a few tens of ms; an engine that hangs holds one slot for the timeout
 
 STATUS_LINE_LIMIT = 8192
 """The most read of an answer: its status line ("HTTP/1.1 200 OK"); a longer line is not an HTTP answer."""
+
+
+class Bounded(Protocol):
+    """What `engine_answers` needs of its caller: a timeout per request and the slots they share."""
+
+    timeout_s: float
+    slots: asyncio.Semaphore
+
+
+@dataclass
+class Asking:
+    """The bounds alone, without an httpx client: the daemon's health rounds ask nothing but status lines,
+    and a client per round (its pool, its TLS set-up) cost more than the round's own requests."""
+
+    timeout_s: float
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(ASSESS_CONCURRENCY))
 
 
 class Assessment(httpx.AsyncClient):
@@ -58,7 +76,7 @@ def assessment_client(timeout_s: float) -> Assessment:
     return Assessment(timeout_s)
 
 
-async def engine_answers(assessment: Assessment, address: str, port: int, health: Health) -> str | None:
+async def engine_answers(assessment: Bounded, address: str, port: int, health: Health) -> str | None:
     """None when the head's health path answers 200; otherwise what it answered, for a person."""
     where = f"{address}:{port}{health.path}"
     try:

@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 
 from reconciler.execute.apply import Executor, ExecutorConfig, LaneResult, ProgressFn
+from reconciler.execute.health import HealthWatch
 from reconciler.execute.hostops import HostOps
 from reconciler.execute.localorigin import LocalOrigins
 from reconciler.execute.operations import DoneFn, Operations
@@ -85,6 +86,9 @@ class CycleSettings:
     reaction_max_age_s: float = 330.0
     """A commit's reaction probes the hosts of the lanes it changes and plans with the other hosts' last
     observation when it is at most this old (the daemon: a resync interval and a probe's timeout)."""
+    health_interval_s: float | None = None
+    """The daemon's health cadence (`reconciler.execute.health`): its cycles use in-sync lanes' kept answers
+    and its health round asks them again; None (`lanes plan`, `lanes apply`): every cycle asks every engine."""
 
 
 @dataclass
@@ -149,6 +153,8 @@ class CycleRunner:
         self.transport = transport
         self.store = store
         self.secrets = secrets
+        self.health = HealthWatch()
+        """In-sync lanes' engines and their last answers, kept between cycles at the daemon's health cadence."""
         self.settings = settings
         self.ancestry = ancestry
         """Answers known issues' fix-commit questions from the git-head mirrors (`upstream.ancestry`)."""
@@ -157,6 +163,16 @@ class CycleRunner:
         self.reuse = Reuse()
         """Each lane's rendered ranks and budget, computed again when the commit or the facts they read change."""
         self._reach: tuple[object, object, dict[str, HostTarget], dict[str, HostTarget]] | None = None
+
+    @property
+    def settings(self) -> CycleSettings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: CycleSettings) -> None:
+        """A reloaded config's health cadence applies from the next round and cycle on."""
+        self._settings = settings
+        self.health.interval_s = settings.health_interval_s
 
     def reach(self, desired: DesiredState) -> tuple[dict[str, HostTarget], dict[str, HostTarget]]:
         """The fleet's hosts as SSH targets, and those with the origins (where a lane's commands may go).
@@ -290,11 +306,16 @@ class CycleRunner:
         async def run(plan: Plan) -> list[LaneResult]:
             return await self._executor(loaded, progress, operations).apply(plan, loaded.desired, lease)
 
-        # Observed lanes first, at once (a health request each, bounded); changes start after, in the background.
-        result.results = await self._executor(loaded, progress, operations).apply(split.observe, loaded.desired, lease)
+        # Changes start first, in the background: they never wait for the lanes observed after them (a held
+        # lane's engine asked; an in-sync lane's kept answer, or its engine's when none is fresh).
         for plan in split.operations:
             operations.start(loaded.commit, plan, run, done)
         result.started = tuple(lp.lane for plan in split.operations for lp in plan.lanes)
+        planned = {lp.lane for lp in fleet_plan.lanes}
+        in_sync = {lp.lane for lp in split.observe.lanes if lp.action == "noop"}
+        gone = set(self.health.watched) - planned if only_lanes is None else set()
+        self.health.forget((planned - in_sync) | gone)  # changed, held or in flight: asked afresh once in sync
+        result.results = await self._executor(loaded, progress, operations).apply(split.observe, loaded.desired, lease)
         return result
 
     def _executor(
@@ -321,4 +342,5 @@ class CycleRunner:
             ),
             progress,
             operations.inflight if operations is not None else None,
+            self.health,
         )

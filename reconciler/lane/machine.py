@@ -84,6 +84,8 @@ def lease_delay(blocks: int, first_delay_s: float, jitter: float = 0.0) -> float
 
 
 Step = tuple[LaneState, tuple[Effect, ...]]
+LOOKS = (Observed, Blocked, Denied, PlanFailed, Suspended)
+"""Events of a lane looked at, not acted on: said again at every cycle while nothing changes."""
 KEEPS_ERROR = (Started, Progressed, Resumed, Retried)
 """Events that leave the last error as it was unless they say something: they are not news about what failed."""
 
@@ -96,7 +98,11 @@ def transition(state: LaneState, event: Event, now: float) -> Step:
         said = f"{state.error.message}; {event.why}" if event.why else state.error.message
         error: LastError | None = LastError(said, event.engine or state.error.engine, now)
     elif event.why is not None:
-        error = LastError(event.why, getattr(event, "engine", None), now)
+        engine = getattr(event, "engine", None)
+        # A look that says the same words again keeps when they were first said: a held lane's reason, said at
+        # every cycle, is not news (and a state that did not change is not written again). A failure is news.
+        again = isinstance(event, LOOKS) and state.error is not None and state.error.message == event.why
+        error = state.error if again and state.error is not None else LastError(event.why, engine, now)
     else:
         error = state.error if isinstance(event, KEEPS_ERROR) else None
     base = replace(state, wanted=event.wanted if event.wanted is not None else state.wanted, error=error)

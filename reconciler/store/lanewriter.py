@@ -43,7 +43,10 @@ def current(store: Store, lane: str) -> LaneState:
     it is dropped, and the lane's health stands as it was left (progressing: the next resync gates it again,
     and the journal's unfinished steps say what was under way).
     """
-    state = state_from_record(store.lane(lane))
+    return _live(store, state_from_record(store.lane(lane)))
+
+
+def _live(store: Store, state: LaneState) -> LaneState:
     if state.transaction is not None and state.transaction.started < store.opened:
         state = replace(state, transaction=None)
     return state
@@ -62,14 +65,22 @@ def record(
 
     `journal` runs with the final state before the row is written: an ending's apply row goes first, so whoever
     sees the lane's new state finds the row that explains it, and a crash between the two loses no history.
+
+    A state equal to the row's (a no-op resync's look at a lane that is as it was) is not written again: the
+    row's `updated` is when the lane's state last changed, not when it was last looked at (issue 27: every
+    resync wrote every lane's row). When a cycle last looked is the daemon's `/status` `last_cycle`.
     """
     at = time.time() if now is None else now
-    state, effects = current(store, lane), tuple[Effect, ...]()
+    rec = store.lane(lane)
+    stored = state_from_record(rec)
+    state, effects = _live(store, stored), tuple[Effect, ...]()
     for event in events:
         state, more = transition(state, _scaled(event), at)
         effects = (*effects, *more)
     if journal is not None:
         journal(state)
+    if rec is not None and state == stored and timings is None and drift is None:
+        return state, effects
     fields = fields_from_state(state)
     if timings is not None:
         fields["timings"] = dict(timings)

@@ -12,7 +12,7 @@ A cell reads `health hold phase effects`: `-` for none; a hold is `condemned:FP`
 from __future__ import annotations
 
 import typing
-from dataclasses import FrozenInstanceError
+from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
@@ -925,6 +925,19 @@ def test_the_last_error_keeps_the_engines_own_words() -> None:
     assert state.error == LastError("rank exited", "unrecognized arguments", 1000.0)
     restored, _ = transition(state, Restored(ok=True, why="rolled back to c0ffee"), 1001.0)
     assert restored.error == LastError("rank exited; rolled back to c0ffee", "unrecognized arguments", 1001.0)
+
+
+def test_a_look_that_says_the_same_again_keeps_when_it_was_first_said() -> None:
+    held = Observed(seen=Seen.NOT_ANSWERING, why="the engine does not answer")
+    first, _ = transition(STATES["healthy"], held, 1000.0)
+    again, _ = transition(first, held, 1300.0)
+    assert again == first and again.error == LastError("the engine does not answer", None, 1000.0)
+    other, _ = transition(again, Observed(seen=Seen.NOT_ANSWERING, why="it answered 503"), 1600.0)
+    assert other.error == LastError("it answered 503", None, 1600.0)
+    # A failure is news however it is worded: its time is its own.
+    failed, _ = transition(STATES["gating"], EVENTS["failed-touched"], 1000.0)
+    failed, _ = transition(replace(failed, transaction=STATES["gating"].transaction), EVENTS["failed-touched"], 2000.0)
+    assert failed.error is not None and failed.error.at == 2000.0
 
 
 def test_a_passing_fault_says_when_it_is_tried_again() -> None:

@@ -112,6 +112,7 @@ def write_config(
     url: str | None = None,
     db: Path | None = None,
     connect_timeout_s: float | None = None,
+    health_s: float | None = None,
 ) -> Path:
     """`tmp/reconciler.toml`: a daemon watching `repo` (or `url`) and driving the simulated Sparks of `env`.
 
@@ -122,6 +123,7 @@ def write_config(
         for name, t in env.fleet.targets.items()
     )
     ssh_timeout = f"connect_timeout_s = {connect_timeout_s}\n" if connect_timeout_s is not None else ""
+    health = f"health_interval_s = {health_s}\n" if health_s is not None else ""
     text = f'''[repo]
 url = "{url or repo}"
 branch = "main"
@@ -137,7 +139,7 @@ owner = "{owner}"
 db = "{db or tmp / "daemon.db"}"
 secrets_dir = "{env.workdir / "secrets"}"
 log_level = "{log_level}"
-[http]
+{health}[http]
 listen = "127.0.0.1:{http_port}"
 webhook_secret_file = "{tmp / "webhook-secret"}"
 control_token_file = "{tmp / "control-token"}"

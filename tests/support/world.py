@@ -146,6 +146,7 @@ class World(StoreView):
         owner: str | None = None,
         log_level: str = "info",
         connect_timeout_s: float | None = None,
+        health_s: float | None = None,
     ) -> DaemonProc:
         """A daemon with a folder, config and HTTP port of its own (owner `lanes-<name>`), not started yet."""
         where = self.tmp / name
@@ -154,7 +155,7 @@ class World(StoreView):
         owner = owner or f"lanes-{name}"
         config = write_config(
             where, self.repo.path, self.env, http_port=port, extra=extra, resync_s=resync_s, fetch_s=fetch_s,
-            owner=owner, log_level=log_level, url=url, db=db, connect_timeout_s=connect_timeout_s,
+            owner=owner, log_level=log_level, url=url, db=db, connect_timeout_s=connect_timeout_s, health_s=health_s,
         )  # fmt: skip
         d = DaemonProc(name, where, config, port, owner, db or where / "daemon.db")
         self.daemons.append(d)
@@ -330,15 +331,22 @@ async def daemon_world(
     resync_s: float = 300,
     connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
     log_level: str = "warning",
+    health_s: float | None = None,
 ) -> AsyncIterator[World]:
-    """One daemon process over the example fleet, converged at the first commit.
+    """One daemon process over the example fleet, converged at the first commit (`health_s`: its health
+    cadence, `[daemon] health_interval_s`).
 
     The resync is left at its default unless a test asks: a test that checks the state a fault left
     behind must not race a resync that already retries; it converges afterwards with `daemon.kick()`.
     """
     async with control_world(tmp, salt) as world:
         d = world.add_daemon(
-            "daemon", owner="lanes-test", log_level=log_level, resync_s=resync_s, connect_timeout_s=connect_timeout_s
+            "daemon",
+            owner="lanes-test",
+            log_level=log_level,
+            resync_s=resync_s,
+            connect_timeout_s=connect_timeout_s,
+            health_s=health_s,
         )
         await d.start()
         await world.deployed(world.heads[0])
