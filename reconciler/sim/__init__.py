@@ -10,8 +10,9 @@ start fast with the stdlib alone, also inside containers without asyncssh.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from reconciler.lazynames import names_from
 
 if TYPE_CHECKING:
     from reconciler.sim.registry import SimImage, SimRegistry
@@ -30,8 +31,4 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> object:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'reconciler.sim' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = names_from(__name__, _HOME)

@@ -6,7 +6,9 @@ needs no journal (`store/preflight.py` read by `lanes check`) must not pay for s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from reconciler.lazynames import names_from
 
 if TYPE_CHECKING:
     from reconciler.store.journal import LaneRecord, Store
@@ -14,9 +16,4 @@ if TYPE_CHECKING:
 __all__ = ["LaneRecord", "Store"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from reconciler.store import journal
-
-        return getattr(journal, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = names_from(__name__, dict.fromkeys(__all__, "reconciler.store.journal"))

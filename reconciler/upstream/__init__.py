@@ -15,8 +15,9 @@ mirrors (`ancestry.py`, for `lanes check`) must not pay for the HTTP client.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from reconciler.lazynames import names_from
 
 if TYPE_CHECKING:
     from reconciler.upstream.base import Clock, PollResult, PollSettings
@@ -59,8 +60,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{home}"), name)
+__getattr__ = names_from(__name__, {name: f"{__name__}.{home}" for name, home in _HOMES.items()})
