@@ -10,8 +10,6 @@ commands and decide what their output means.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,15 +43,6 @@ def _readable_inspects() -> list[Path]:
 INSPECT_CASES = _readable_inspects()
 REPO = "127.0.0.1:5077/lanes/standin"
 PULLED = REPO + "@sha256:4a12139d929054fa19dd677d096ed603d2eda236b6701bc90bed12ae69e61ea5"
-
-
-@pytest.fixture
-def bin_dir(tmp_path: Path) -> Path:
-    """PATH for the probe: python3 and the fake docker only."""
-    path = tmp_path / "bin"
-    path.mkdir()
-    (path / "python3").symlink_to(os.path.realpath(sys.executable))
-    return path
 
 
 def _case(name: str) -> dict[str, Any]:
