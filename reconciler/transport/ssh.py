@@ -30,6 +30,7 @@ from reconciler.errors import HostKeyError, HostUnreachableError, PermanentError
 from reconciler.transport.base import CommandResult, HostTarget, Session, checked, command_line, timed_out
 from reconciler.transport.session import LineSession
 from reconciler.transport.sshkeys import ClientKeys
+from reconciler.transport.sshlean import shared_line, shed_handshake_state
 from reconciler.transport.sshpipe import SSHPipe
 
 log = structlog.get_logger(__name__)
@@ -168,7 +169,7 @@ class SSHTransport:
             conn = await self._connection(host)
             try:
                 # stdin stays open (the requests); bytes, not text: the session bounds and decodes its answers.
-                process = await conn.create_process(command_line(argv), stdin=asyncssh.PIPE, encoding=None)
+                process = await conn.create_process(shared_line(argv), stdin=asyncssh.PIPE, encoding=None)
             except asyncssh.ChannelOpenError as exc:
                 if exc.code != asyncssh.OPEN_CONNECT_FAILED:
                     raise HostUnreachableError(host.name, f"cannot open a session: {exc.reason}") from None
@@ -338,6 +339,7 @@ class SSHTransport:
         except asyncssh.Error as exc:
             raise HostUnreachableError(host.name, f"cannot connect to {where}: {exc.reason}") from None
         tcp_keepalive(conn.get_extra_info("socket"), *self._keepalive)
+        shed_handshake_state(conn)  # kept for good: what the handshake left is not (sshlean.py)
         log.info("ssh.connected", host=host.name, address=where, user=host.user)
         return conn
 

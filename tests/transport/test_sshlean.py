@@ -1,0 +1,77 @@
+"""A pooled connection sheds what its handshake left (`transport/sshlean.py`) and still works, a rekey too.
+
+The attributes read here are asyncssh's own: if a release renames them, these tests fail, where the shedding
+would silently stop (and the daemon's memory at 1,000 hosts grow back by some 4 MB).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+
+from reconciler.transport import HostTarget, SSHTransport
+from reconciler.transport.sshlean import shared_line, shed_handshake_state
+
+from .sshfake import FakeSSHServer
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _conn(transport: SSHTransport) -> Any:
+    (conn,) = transport._conns.values()
+    return conn
+
+
+async def test_an_open_connection_holds_no_kexinit_payloads(ssh: SSHTransport, target: HostTarget) -> None:
+    assert (await ssh.run(target, ["echo", "hi"])).stdout == "hi\n"
+    conn = _conn(ssh)
+    assert conn._client_kexinit == b"" and conn._server_kexinit == b""
+    assert b"ssh-ed25519" in conn._server_sig_algs  # the server's list is kept, as one shared set
+
+
+async def test_connections_to_hosts_with_one_list_share_its_set(
+    ssh: SSHTransport, ssh_server: FakeSSHServer, target: HostTarget
+) -> None:
+    other = SSHTransport(ssh._known_hosts, [ssh_server.client_key_path], connect_timeout=5.0)
+    try:
+        await ssh.run(target, ["echo", "a"])
+        await other.run(target, ["echo", "b"])
+        assert _conn(ssh) is not _conn(other)
+        assert _conn(ssh)._server_sig_algs is _conn(other)._server_sig_algs
+    finally:
+        await other.close()
+
+
+async def test_a_rekey_after_shedding_works(ssh: SSHTransport, target: HostTarget) -> None:
+    await ssh.run(target, ["echo", "before"])
+    conn = _conn(ssh)
+    assert conn._client_kexinit == b""
+    # asyncssh rekeys once `rekey_bytes` were sent (1 GB by default): the next packet starts an exchange, which
+    # hashes both payloads; had either stayed empty, the two sides' keys would disagree and the commands fail.
+    conn._rekey_bytes = 1
+    assert (await ssh.run(target, ["echo", "during"])).stdout == "during\n"
+    conn._rekey_bytes = 1 << 40
+    assert (await ssh.run(target, ["echo", "after"])).stdout == "after\n"
+    assert conn._kex_complete and conn._kex is None
+    assert conn._client_kexinit != b"" and conn._server_kexinit != b""  # the rekey's own, fresh
+    assert shed_handshake_state(conn)
+    assert conn._client_kexinit == b"" and conn._server_kexinit == b""
+    assert (await ssh.run(target, ["echo", "again"])).stdout == "again\n"
+
+
+async def test_a_key_exchange_under_way_is_left_alone(ssh: SSHTransport, target: HostTarget) -> None:
+    await ssh.run(target, ["echo", "before"])
+    conn = _conn(ssh)
+    conn._kexinit_sent = True  # as between sending our KEXINIT and reading the server's
+    try:
+        assert not shed_handshake_state(conn)
+    finally:
+        conn._kexinit_sent = False
+
+
+def test_a_session_command_line_is_one_string() -> None:
+    argv = ("python3", "-c", "print('x' * 2000)", "serve")
+    assert shared_line(argv) is shared_line(argv[:2] + argv[2:])  # an equal tuple, not the same one
+    assert shared_line(argv) == shlex.join(argv)
