@@ -191,7 +191,7 @@ def bench_cmd(
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err_console,
+        console=err_console(),
         transient=True,
     ) as bar:
         task = bar.add_task(f"bench {lane}", total=None)

@@ -54,7 +54,7 @@ def check(
     code = EXIT_OK if verdict.ok else EXIT_DENY
     if changed and not worktree:
         names = ", ".join(f"{path} ({word})" for path, word in changed)
-        err_console.print(
+        err_console().print(
             f"[yellow]warning:[/] uncommitted changes are not checked (this checks HEAD {loaded.commit[:12]}): "
             f"{escape(names)}; commit them, or check them with --worktree",
             highlight=False,

@@ -12,15 +12,16 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from reconciler.cli import exitcodes
 from reconciler.errors import InputError, LanesError
 from reconciler.source.loadcommit import LoadedCommit, load_commit
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["LoadedCommit", "load_commit"]
 
@@ -31,7 +32,14 @@ EXIT_INPUT = exitcodes.BAD_INPUT
 P = ParamSpec("P")
 R = TypeVar("R")
 
-err_console = Console(stderr=True)
+
+@functools.cache
+def err_console() -> Console:
+    """stderr for people, made on first use: rich is 61 modules and about 3 MB, which the daemon (whose
+    output is JSON lines) and `lanes check` on the happy path never need."""
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def error_json(message: str, code: int, **extra: Any) -> dict[str, Any]:
@@ -43,7 +51,9 @@ def fail(message: str, code: int = EXIT_INPUT, *, as_json: bool = False, **extra
     if as_json:
         print(json.dumps(error_json(message, code, **extra)))
     else:
-        err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        err_console().print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -60,7 +70,7 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
         except LanesError as exc:
             fail(str(exc), EXIT_DENY, as_json=as_json)
         except KeyboardInterrupt:
-            err_console.print("interrupted")
+            err_console().print("interrupted")
             sys.exit(exitcodes.INTERRUPTED)
 
     return wrapper

@@ -152,15 +152,15 @@ def _problems(exc: ConfigError, *, systemd: bool, as_json: bool) -> NoReturn:
         print(json.dumps(error_json(exc.describe(), EXIT_INPUT, **extra)))
     else:
         count = len(exc.problems)
-        err_console.print(
+        err_console().print(
             f"[bold red]error:[/] {escape(str(exc.file))}: {count} problem{'s' if count > 1 else ''}",
             highlight=False,
             soft_wrap=True,
         )
         for p in exc.problems:
-            err_console.print(f"  {escape(p.describe())}", highlight=False, soft_wrap=True)
+            err_console().print(f"  {escape(p.describe())}", highlight=False, soft_wrap=True)
         if hint:
-            err_console.print(f"[yellow]hint:[/] {escape(hint)}", highlight=False, soft_wrap=True)
+            err_console().print(f"[yellow]hint:[/] {escape(hint)}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_INPUT)
 
 
@@ -199,7 +199,7 @@ def config_check_cmd(
         else:
             _print_human(cfg, config, secrets, warnings)
             for problem in fatal:
-                err_console.print(f"[bold red]error:[/] {escape(problem)}", highlight=False, soft_wrap=True)
+                err_console().print(f"[bold red]error:[/] {escape(problem)}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INPUT)
     if as_json:
         out = {

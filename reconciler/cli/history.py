@@ -340,7 +340,9 @@ def history_cmd(
             problem = f"no daemon and no journal found ({WHERE})"
     if problem:
         # Said on stderr so `--json` stays one object; the notes in git still say what the daemon did.
-        err_console.print(f"[yellow]warning:[/] {escape(problem)}; showing git history and notes only", highlight=False)
+        err_console().print(
+            f"[yellow]warning:[/] {escape(problem)}; showing git history and notes only", highlight=False
+        )
     order = first_parent_order(repository, rev)
     decisions = read_decisions(db if db is not None else DEFAULT_DB)
     lanes = {}

@@ -219,7 +219,7 @@ def model_manifest(
         print(json.dumps({"ok": True, "exit_code": 0, **written.to_json()}, indent=2))
         return
     for warning in warnings:
-        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        err_console().print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     rate = f", {human_bytes(manifest.total_bytes / seconds)}/s" if seconds > 0 else ""
     print(
         f"wrote {rel}: {len(manifest.files)} files, {human_bytes(manifest.total_bytes)} "

@@ -52,7 +52,7 @@ def load_state(repo: str, rev: str, state_dir: str) -> DesiredState:
 
 def progress(result: PollResult) -> None:
     color = {"new": "cyan", "unchanged": "green", "failed": "red"}.get(result.status, "yellow")
-    err_console.print(f"[{color}]{result.status:12}[/] {result.describe()}", highlight=False, soft_wrap=True)
+    err_console().print(f"[{color}]{result.status:12}[/] {result.describe()}", highlight=False, soft_wrap=True)
 
 
 TokensOpt = Annotated[
@@ -127,7 +127,7 @@ def upstream_cmd(
     else:
         render_gap(rows, Console(), desired.commit)
         if code != EXIT_OK:
-            err_console.print(
+            err_console().print(
                 f"[red]error:[/] every upstream source failed ({len(polled)}): the table is from earlier polls",
                 highlight=False,
                 soft_wrap=True,

@@ -39,7 +39,7 @@ class HostInfoShapeError(ValueError):
     """The probe's host section has a field of the wrong type (the probe and parser disagree)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NetLink:
     """One network interface as the kernel of the probe's network namespace sees it."""
 
@@ -54,7 +54,7 @@ class NetLink:
         return self.operstate == "up"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RdmaDevice:
     """One RDMA device (a RoCE HCA of the ConnectX-7) and its port 1."""
 
@@ -68,7 +68,7 @@ class RdmaDevice:
         return self.port_state is not None and self.port_state.split(":")[-1].strip() == "ACTIVE"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DgxRelease:
     """/etc/dgx-release: the build the system was installed with and the newest OTA update applied.
 
@@ -86,7 +86,7 @@ class DgxRelease:
         return f"{self.name or 'DGX OS'} {version}{built}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DiskSpace:
     """Free and total bytes of the filesystem holding a path (or its nearest existing parent)."""
 
@@ -95,7 +95,7 @@ class DiskSpace:
     measured_at: str  # the path statvfs was given: the path itself, or the parent that exists
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostInfo:
     """The host facts of one probe; `None` marks a fact the host could not read."""
 

@@ -17,7 +17,7 @@ from reconciler.facts.hostinfo import HostInfo
 from reconciler.facts.labels import LABEL_COMMIT, LABEL_LANE, LABEL_MANAGED, LABEL_RANK, LABEL_SPEC, MANAGED_VALUE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObservedContainer:
     """A container lanes started, as `docker inspect` describes it."""
 
@@ -59,7 +59,7 @@ class ObservedContainer:
         return self.state == "running"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class UnmanagedContainer:
     """A container lanes did not start: it may still hold a lane's port or memory."""
 
@@ -68,7 +68,7 @@ class UnmanagedContainer:
     state: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Lease:
     """Who holds a host, until when (epoch seconds, the host's clock)."""
 
@@ -83,7 +83,7 @@ class Lease:
         return self.owner != owner and not self.expired(now)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LeaseOutcome:
     """The answer of a lease command: whether it worked, and the lease it saw or wrote."""
 
@@ -91,7 +91,7 @@ class LeaseOutcome:
     lease: Lease | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ModelPresence:
     """Whether a model path exists on a host and how many bytes are under it."""
 
@@ -99,7 +99,7 @@ class ModelPresence:
     bytes: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Memory:
     """Host memory from /proc/meminfo (nvidia-smi reports N/A on GB10).
 
@@ -114,7 +114,7 @@ class Memory:
     free_bytes: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObservedHost:
     """Everything one probe said about one host (or why there is no probe)."""
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.equalvalues import EqualValues
 from reconciler.errors import PermanentError
 from reconciler.facts.hostinfo import HostInfo, HostInfoShapeError, parse_disks, parse_host_info
 from reconciler.facts.observed import (
@@ -27,7 +28,7 @@ from reconciler.facts.observed import (
     ObservedHost,
     UnmanagedContainer,
 )
-from reconciler.facts.probe_digest import fact_digest
+from reconciler.facts.probe_digest import fact_digest, stable_view
 from reconciler.facts.probe_script import PROBE_VERSION
 
 _KIB = 1024
@@ -37,7 +38,7 @@ class _ShapeError(Exception):
     """A field of the probe output has the wrong type (becomes PermanentError)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HeldFacts:
     """What the control node keeps of a host's last whole answer: its digest (`probe_digest`) and the
     host parsed from it, whose stable facts an unchanged answer reuses without parsing them again."""
@@ -51,11 +52,15 @@ def parse_probe(host: str, stdout: str) -> ObservedHost:
     return parse_probe_answer(host, stdout, None)[0]
 
 
-def parse_probe_answer(host: str, stdout: str, held: HeldFacts | None) -> tuple[ObservedHost, HeldFacts]:
+def parse_probe_answer(
+    host: str, stdout: str, held: HeldFacts | None, equal: EqualValues | None = None
+) -> tuple[ObservedHost, HeldFacts]:
     """Parse a whole answer, or an unchanged one (digest and volatile figures) against `held`.
 
     The digest kept is the one computed here from the answer, not the one the host printed: a host
     whose program disagreed would then never be answered "unchanged", which costs bytes, never facts.
+    Given `equal` (a long-lived caller's table), the stable facts kept are made of its objects where equal
+    ones exist: 1,000 hosts' answers repeat their keys, names, states and texts.
     """
     data = _load(host, stdout)
     try:
@@ -63,10 +68,11 @@ def parse_probe_answer(host: str, stdout: str, held: HeldFacts | None) -> tuple[
             if held is None or data.get("digest") != held.digest:
                 raise PermanentError(f"{host}: probe answered 'unchanged' for a digest this control node does not hold")
             return _with_volatile(held.host, data, data.get("disks")), held
-        base = _stable_host(host, data)
+        stable = stable_view(data)
+        base = _stable_host(host, equal.value(stable) if equal is not None else stable)
         host_section = data.get("host")
         disks = host_section.get("disks") if isinstance(host_section, dict) else None
-        return _with_volatile(base, data, disks), HeldFacts(fact_digest(data), base)
+        return _with_volatile(base, data, disks), HeldFacts(fact_digest(stable), base)
     except _ShapeError as exc:
         raise PermanentError(f"{host}: probe output has a wrong shape: {exc}") from exc
 

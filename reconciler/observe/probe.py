@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 
+from reconciler.equalvalues import EqualValues
 from reconciler.errors import HostUnreachableError, LanesError, PermanentError
 from reconciler.facts.commands import installed_probe_argv, probe_session_argv
 from reconciler.facts.observed import ObservedFleet, ObservedHost
@@ -46,13 +47,26 @@ class ProbeMemory:
         self._seen: dict[str, tuple[float, ObservedHost]] = {}
         """Each host's last observation (the probe's answer, volatile figures included) and when it came
         (`time.monotonic()`): a commit's reaction plans with them for the hosts it does not probe."""
+        self._equal = EqualValues()
+        self._whole_since_renewal = 0
         self.installs = 0
         """Probe programs sent (first contact, a new version, a missing or corrupt copy): for tests and benches."""
 
     def get(self, host: str) -> HeldFacts | None:
         return self._held.get(host)
 
+    def equal_values(self) -> EqualValues:
+        """The table whole answers' stable facts are decoded into (`reconciler.equalvalues`): equal strings and
+        leaf values one object across hosts (about 1.5 MB of RSS at 1,000 hosts). Renewed once twice as many
+        whole answers came as hosts are held (the first probe of every host fills it, sharing across all), so
+        it keeps no more than about three answers' worth of values a host; held facts keep the objects they use."""
+        return self._equal
+
     def hold(self, host: str, facts: HeldFacts, observed: ObservedHost) -> None:
+        if self._held.get(host) is not facts:  # a whole answer (an unchanged one returns the facts held)
+            self._whole_since_renewal += 1
+            if self._whole_since_renewal > max(64, 2 * len(self._held)):
+                self._equal, self._whole_since_renewal = EqualValues(), 0
         self._held[host] = facts
         self._seen[host] = (time.monotonic(), observed)
 
@@ -145,7 +159,7 @@ async def probe_host(
             memory.installs += 1
             result = await transport.run(target, install, input=PROBE_SCRIPT, timeout=timeout, check=False)
             stdout = checked(result).stdout
-        observed, facts = parse_probe_answer(target.name, stdout, held)
+        observed, facts = parse_probe_answer(target.name, stdout, held, memory.equal_values())
     except LanesError as exc:
         if session is not None:
             await session.close()  # a malformed answer: the stream is not to be trusted again

@@ -9,10 +9,8 @@ change keeps its one decoded value across writes, and its text is shared with th
 The objects inside the decoded values are shared too: the ranks of 250 lanes repeat the same keys, flags,
 environment pairs, labels, images and mounts, and one object per distinct string, and per distinct list or
 object of plain values, holds 2.8 MB where plain `json.loads` held 9.1 MB (`bench/scale.py`'s 250 lanes,
-tracemalloc). The tables are this class's own, not `sys.intern`'s: interned strings were immortal in early
-CPython 3.12 releases (python/cpython#113993), and each commit's new labels would have been kept for the
-life of the daemon. They are rebuilt from the values still held once as many values were decoded as are
-held, so what they keep stays in proportion to what is held.
+tracemalloc). The table (`reconciler.equalvalues`) is rebuilt from the values still held once as many
+values were decoded as are held, so what it keeps stays in proportion to what is held.
 """
 
 from __future__ import annotations
@@ -20,13 +18,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from reconciler.equalvalues import EqualValues
+
 
 class JsonColumns:
     """The decoded JSON columns of the rows a store has read, by lane and column."""
 
     def __init__(self) -> None:
         self._kept: dict[tuple[str, str], tuple[str, Any]] = {}
-        self._shared = Shared()
+        self._shared = EqualValues()
         self._since_rebuild = 0
 
     def decode(self, lane: str, column: str, text: str) -> tuple[str, Any]:
@@ -49,62 +49,10 @@ class JsonColumns:
 
     def held(self) -> int:
         """How many strings and leaf containers the tables of shared objects hold (for tests)."""
-        return len(self._shared.strings) + len(self._shared.leaves)
+        return len(self._shared)
 
     def _rebuild(self) -> None:
-        shared = Shared()
+        shared = EqualValues()
         for _, value in self._kept.values():
             shared.adopt(value)
         self._shared, self._since_rebuild = shared, 0
-
-
-class Shared:
-    """One object for each distinct string, and for each distinct list or object of plain values (an environment
-    pair, a label, a mount, an argv): most of 250 lanes' specs repeat them."""
-
-    def __init__(self) -> None:
-        self.strings: dict[str, str] = {}
-        self.leaves: dict[tuple[Any, ...], Any] = {}
-
-    def value(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.strings.setdefault(value, value)
-        if isinstance(value, list):
-            items = [self.value(v) for v in value]
-            key = _leaf_key("l", items)
-            return items if key is None else self.leaves.setdefault(key, items)
-        if isinstance(value, dict):
-            fields = {self.strings.setdefault(k, k): self.value(v) for k, v in value.items()}
-            key = _leaf_key("d", [x for kv in fields.items() for x in kv])
-            return fields if key is None else self.leaves.setdefault(key, fields)
-        return value
-
-    def adopt(self, value: Any) -> None:
-        """Take the objects of a value decoded before into the tables as they are (no copies)."""
-        if isinstance(value, str):
-            self.strings.setdefault(value, value)
-        elif isinstance(value, list):
-            for v in value:
-                self.adopt(v)
-            if (key := _leaf_key("l", value)) is not None:
-                self.leaves.setdefault(key, value)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                self.strings.setdefault(k, k)
-                self.adopt(v)
-            if (key := _leaf_key("d", [x for kv in value.items() for x in kv])) is not None:
-                self.leaves.setdefault(key, value)
-
-
-def _leaf_key(kind: str, items: list[Any]) -> tuple[Any, ...] | None:
-    """A key equal for equal containers of plain values only (None for one that holds containers). JSON's true,
-    1 and 1.0 are equal in Python, so a value that is not a string is keyed with its type."""
-    key: list[Any] = [kind]
-    for v in items:
-        if isinstance(v, str):
-            key.append(v)
-        elif v is None or isinstance(v, bool | int | float):
-            key.append((type(v), v))
-        else:
-            return None
-    return tuple(key)
