@@ -33,6 +33,7 @@ experts between ranks but not the bytes per rank, so `ep` does not appear.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -242,15 +243,19 @@ def lane_budget(
     lane_min = min(boots.values(), key=lambda b: b.bytes) if boots else None
     drafter, sized, drafter_note = _drafter(params, spec, draft_layer_kv(kv, lane.engine, lane.max_model_len))
     stage_kv = {}
+    stage_parts: dict[int, Mapping[str, int]] = {}
+    # One notes tuple and one KV split per stage, shared by the lane's ranks: they are equal, and at 1,000
+    # ranks a copy each was about 1 MB of the daemon's memory (issue 27).
+    rank_notes = (*notes, drafter_note) if drafter_note else tuple(notes)
     ranks = []
     for rank, host, capacity in known:
         stage = min(rank // lane.tp, lane.pp - 1)
         weights = placed.per_rank(stage, lane.tp)
         if stage not in stage_kv:
             stage_kv[stage] = kv.stage(stage, lane.max_model_len)
+            stage_parts[stage] = dict(stage_kv[stage].parts) if kv_bytes is None else {"explicit": kv_bytes}
         estimate = stage_kv[stage]
         boot = boots[host]
-        rank_notes = [*notes, drafter_note] if drafter_note else list(notes)
         figures = _engine_figures(sem, util, capacity, boot, lane_min, kv_bytes)
         kv_figure = kv_bytes if kv_bytes is not None else estimate.total
         inside = overhead if sem.covers_overhead else 0
@@ -269,11 +274,11 @@ def lane_budget(
                 budget=figures.budget,
                 headroom=figures.budget - need,
                 floor=not sized,
-                notes=tuple(rank_notes),
+                notes=rank_notes,
                 running=lane.running,
                 utilization=util,
                 capacity=capacity.torch_visible,
-                kv_parts=dict(estimate.parts) if kv_bytes is None else {"explicit": kv_bytes},
+                kv_parts=stage_parts[stage],
                 engine=lane.engine,
                 flag=figures.flag,
                 base=figures.base,
@@ -338,8 +343,14 @@ def _engine_figures(
         "torch_visible",
         capacity.torch_visible,
         "profile",
-        f"{HARDWARE_PATH} {capacity.profile}.torch_visible ({capacity.torch_visible / GIB:.1f} GiB)",
+        _profile_source(capacity),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_source(capacity: Capacity) -> str:
+    """One string per hardware profile (a fleet has a few), not one per rank."""
+    return f"{HARDWARE_PATH} {capacity.profile}.torch_visible ({capacity.torch_visible / GIB:.1f} GiB)"
 
 
 def _kv_source(sem: MemorySemantics, kv_bytes: int | None, kv_tokens: int | None) -> str:

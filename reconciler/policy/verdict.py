@@ -47,7 +47,7 @@ class Violation:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RankBudget:
     """The memory arithmetic of one rank of one lane, in bytes, in its engine's own terms.
 

@@ -169,7 +169,7 @@ class SSHTransport:
             conn = await self._connection(host)
             try:
                 # stdin stays open (the requests); bytes, not text: the session bounds and decodes its answers.
-                process = await conn.create_process(shared_line(argv), stdin=asyncssh.PIPE, encoding=None)
+                pipe = await SSHPipe.open(conn, shared_line(argv))
             except asyncssh.ChannelOpenError as exc:
                 if exc.code != asyncssh.OPEN_CONNECT_FAILED:
                     raise HostUnreachableError(host.name, f"cannot open a session: {exc.reason}") from None
@@ -182,7 +182,7 @@ class SSHTransport:
                 if conn.is_closed():
                     await self._discard(host, conn)
                 raise HostUnreachableError(host.name, f"connection lost starting {argv[0]}: {exc}") from None
-            return SSHPipe(process, conn)
+            return pipe
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:

@@ -1,62 +1,160 @@
-"""A session's `Pipe` over an asyncssh process: its channel's stdin, stdout and end (`transport/session.py`).
+"""A session's `Pipe` over an SSH channel: its stdin, stdout and end (`transport/session.py`).
 
-asyncssh raises its own errors (`asyncssh.Error`: a lost connection, a disconnect) from reads and drains;
-they are turned into `ConnectionError` (an OSError) here, so the session's rules see one kind of failure
-whatever the transport.
+The channel's callbacks (an `asyncssh.SSHClientSession`) feed one buffer each for stdout and stderr; no
+`SSHClientProcess` and its six stream objects, locks and events: a probe session stays open on every host for
+good, and at 1,000 hosts those were about 3 MB of the daemon's memory (issue 27).
+
+Bounds: stdout is buffered up to `BUFFER_MAX_BYTES` and the channel's reading paused past it, so the host
+waits (its SSH window closes) until the session reads; stderr keeps its first `STDERR_MAX_BYTES` and drops the
+rest. asyncssh's errors never reach the caller: a lost connection is `ConnectionError` (an OSError), so the
+session's rules see one kind of failure whatever the transport.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncssh
+
+from reconciler.transport.session import READ_CHUNK, STDERR_MAX_BYTES
+
+BUFFER_MAX_BYTES = 4 * READ_CHUNK
+"""stdout held before the channel's reading pauses: a few reads' worth, so an answer streams without stalls."""
+
+
+class _Channel(asyncssh.SSHClientSession[bytes]):
+    """The callbacks of one session's channel: what arrived, and how it ended."""
+
+    def __init__(self) -> None:
+        self.chan: asyncssh.SSHClientChannel[bytes] | None = None
+        self.out = bytearray()
+        self.err = bytearray()
+        self.eof = False
+        self.lost: str | None = None
+        """Why the channel went away without its close, if it did (the connection dropped)."""
+        self.closed = False
+        self.exit_status: int | None = None
+        self.exit_signal: str | None = None
+        self.paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+
+    def connection_made(self, chan: asyncssh.SSHClientChannel[bytes]) -> None:
+        self.chan = chan
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        if datatype == asyncssh.EXTENDED_DATA_STDERR:
+            room = STDERR_MAX_BYTES - len(self.err)
+            if room > 0:
+                self.err += data[:room]
+            return
+        self.out += data
+        if len(self.out) >= BUFFER_MAX_BYTES and self.chan is not None and not self.paused:
+            self.chan.pause_reading()
+            self.paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return False  # nothing more to send either: let the channel close
+
+    def exit_status_received(self, status: int) -> None:
+        self.exit_status = status
+
+    def exit_signal_received(self, signal: str, core_dumped: bool, msg: str, lang: str) -> None:
+        self.exit_signal = signal
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if exc is not None:
+            self.lost = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def arrival(self) -> None:
+        """Until more output, its end, or the channel's, whichever comes first (callers that wait at once
+        share one future: a cancelled one does not cancel the other)."""
+        if self._waiter is None or self._waiter.done():
+            self._waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._waiter)
+
+    async def writable(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            await asyncio.shield(self._writable)
 
 
 class SSHPipe:
     """stdin, stdout and the end of one command on a pooled connection (bytes: the channel has no encoding)."""
 
-    def __init__(self, process: asyncssh.SSHClientProcess[bytes], conn: asyncssh.SSHClientConnection) -> None:
-        self.process = process
+    def __init__(self, channel: _Channel, conn: asyncssh.SSHClientConnection) -> None:
+        self.channel = channel
         self.conn = conn
 
+    @staticmethod
+    async def open(conn: asyncssh.SSHClientConnection, command: str) -> SSHPipe:
+        """Start `command` on `conn` (asyncssh's errors as they come: the transport tells them apart)."""
+        _, channel = await conn.create_session(_Channel, command, encoding=None)
+        assert isinstance(channel, _Channel)  # what the factory made; asyncssh types it as its base class
+        return SSHPipe(channel, conn)
+
     def write(self, data: bytes) -> None:
-        self.process.stdin.write(data)  # OSError when the channel is no longer open for sending
+        chan = self.channel.chan
+        if chan is None or self.channel.closed or chan.is_closing():
+            raise ConnectionError("the channel is closed")
+        chan.write(data)
 
     async def drain(self) -> None:
-        try:
-            await self.process.stdin.drain()
-        except asyncssh.Error as exc:
-            raise ConnectionError(exc.reason) from None
+        await self.channel.writable()
+        if self.channel.lost is not None:
+            raise ConnectionError(self.channel.lost)
 
     async def read(self, n: int) -> bytes:
-        try:
-            return await self.process.stdout.read(n)
-        except asyncssh.Error as exc:
-            raise ConnectionError(exc.reason) from None
+        channel = self.channel
+        while not channel.out:
+            if channel.lost is not None:
+                raise ConnectionError(channel.lost)
+            if channel.eof or channel.closed:
+                return b""
+            await channel.arrival()
+        data = bytes(channel.out[:n])
+        del channel.out[:n]
+        if channel.paused and len(channel.out) < BUFFER_MAX_BYTES and channel.chan is not None:
+            channel.paused = False
+            channel.chan.resume_reading()
+        return data
 
     async def finish(self, stderr_limit: int) -> tuple[int | None, bool, bytes]:
         # The channel closes once sshd sent the exit status and its own close; both follow the end of stdout
         # at once (or the connection's loss does). The caller's request timeout bounds this wait.
-        await self.process.wait_closed()
-        err = bytearray()
-        while len(err) < stderr_limit:
-            try:
-                chunk = await self.process.stderr.read(stderr_limit - len(err))
-            except asyncssh.Error:
-                break
-            if not chunk:
-                break
-            err += chunk
-        signal = self.process.exit_signal
-        status = self.process.exit_status
+        channel = self.channel
+        while not channel.closed:
+            await channel.arrival()
+        signal, status = channel.exit_signal, channel.exit_status
         reported = signal is not None or status is not None
-        # asyncssh leaves exit_status at -1 after a signal; lanes reports "no status" then, as `run` does.
-        return (None if signal is not None else status), reported, bytes(err)
+        return (None if signal is not None else status), reported, bytes(channel.err[:stderr_limit])
 
     def alive(self) -> bool:
-        if self.conn.is_closed() or self.process.is_closing():
+        chan = self.channel.chan
+        if self.conn.is_closed() or chan is None or chan.is_closing() or self.channel.closed:
             return False
-        return not self.process.stdout.at_eof()
+        return not self.channel.eof
 
     async def close(self) -> None:
         # Closing the channel makes sshd hang up on the command (its stdin ends: the program exits). Not waited
         # for: a host that went away would hold the caller until its connection timed out.
-        self.process.close()
+        if self.channel.chan is not None:
+            self.channel.chan.close()

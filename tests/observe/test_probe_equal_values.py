@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[DemoEnv]:
-    async with running_sparks(loaded(fast(example_state())), tmp_path / "simwork", base_address="127.52.38.") as env:
+    async with running_sparks(loaded(fast(example_state())), tmp_path / "simwork", base_address="127.52.39.") as env:
         yield env
 
 

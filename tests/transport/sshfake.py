@@ -34,6 +34,8 @@ class FakeSSHServer:
     """Lines a `lines` session received."""
     sessions_ended: int = 0
     """`lines` sessions whose handler finished (their channel closed or stdin ended)."""
+    flooded: int = 0
+    """Bytes a `flood` got the channel to take."""
     _acceptor: asyncssh.SSHAcceptor | None = None
     _conns: list[asyncssh.SSHServerConnection] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -133,7 +135,9 @@ class FakeSSHServer:
 
     async def _lines(self, process: asyncssh.SSHServerProcess[str]) -> int | None:
         """A session answering a line at a time: WORD -> WORD upper-cased; `slow` after a while; `hang` never;
-        `big N` with N bytes; `two` with two lines; `quit S` says bye on stderr and exits S. EOF: exit 0."""
+        `big N` with N bytes; `two` with two lines; `quit S` says bye on stderr and exits S; `flood N` writes N
+        bytes in 64 KB writes, each waiting for the channel to take it (`flooded` counts what it took); `shout N`
+        writes N bytes to stderr and exits 3. EOF: exit 0."""
         try:
             while line := await process.stdin.readline():
                 request = line.rstrip("\n")
@@ -149,6 +153,16 @@ class FakeSSHServer:
                     self.sleeping.set()
                     await asyncio.sleep(0.2)
                     self.in_flight -= 1
+                if word == "flood":
+                    for _ in range(int(arg) // 65536):
+                        process.stdout.write("y" * 65536)
+                        await process.stdout.drain()
+                        self.flooded += 65536
+                    continue
+                if word == "shout":
+                    process.stderr.write("z" * int(arg))
+                    await process.stderr.drain()
+                    return 3
                 if word == "big":
                     process.stdout.write("x" * int(arg) + "\n")
                 elif word == "two":

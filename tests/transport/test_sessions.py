@@ -18,7 +18,9 @@ import pytest
 from reconciler.errors import HostUnreachableError, PermanentError
 from reconciler.transport import HostTarget, LocalTransport, SSHTransport
 from reconciler.transport.local import LocalPipe
+from reconciler.transport.session import STDERR_MAX_BYTES, LineSession
 from reconciler.transport.sshkeys import ClientKeys
+from reconciler.transport.sshpipe import BUFFER_MAX_BYTES, SSHPipe
 
 from .sshfake import FakeSSHServer
 
@@ -199,3 +201,36 @@ async def test_a_local_session_that_exits_says_how(local: LocalTransport) -> Non
         await session.request("x\n", timeout=10, limit=100)
     assert session.ended is not None
     assert session.ended.exit_status == 97
+
+
+async def test_output_nobody_asked_for_waits_on_the_host(
+    ssh: SSHTransport, ssh_server: FakeSSHServer, target: HostTarget
+) -> None:
+    """The pipe holds a few reads' worth of stdout and pauses the channel past it: a host that writes 8 MB
+    between requests is held back by its SSH window, not buffered whole in the daemon."""
+    session = await ssh.session(target, LINES)
+    assert isinstance(session, LineSession)
+    pipe = session.pipe
+    assert isinstance(pipe, SSHPipe)
+    pipe.write(b"flood 8388608\n")
+    await pipe.drain()
+    await asyncio.sleep(0.5)
+    held = len(pipe.channel.out)
+    assert held <= BUFFER_MAX_BYTES + 65536
+    assert ssh_server.flooded < 8388608 // 2  # the host waits: its window closed
+    got = 0
+    while got < 8388608:  # reads resume the channel: the rest arrives
+        chunk = await asyncio.wait_for(pipe.read(1 << 16), 5)
+        assert chunk
+        got += len(chunk)
+    assert got == 8388608
+    assert ssh_server.flooded == 8388608
+
+
+async def test_an_ended_command_keeps_the_start_of_its_stderr(ssh: SSHTransport, target: HostTarget) -> None:
+    session = await ssh.session(target, LINES)
+    with pytest.raises(HostUnreachableError):
+        await session.request("shout 1000000\n", timeout=5, limit=100)
+    assert session.ended is not None
+    assert session.ended.exit_status == 3
+    assert 0 < len(session.ended.stderr) <= STDERR_MAX_BYTES
