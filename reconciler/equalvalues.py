@@ -18,9 +18,12 @@ from typing import Any
 class EqualValues:
     """The table: `value()` returns a decoded JSON value made of the table's objects where equal ones exist."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, leaves: bool = True) -> None:
         self.strings: dict[str, str] = {}
         self.leaves: dict[tuple[Any, ...], Any] = {}
+        self._share_leaves = leaves
+        """False for a caller that keeps none of the decoded containers (it builds its own values from them):
+        their keys would cost more than they share."""
 
     def __len__(self) -> int:
         return len(self.strings) + len(self.leaves)
@@ -30,11 +33,11 @@ class EqualValues:
             return self.strings.setdefault(value, value)
         if isinstance(value, list):
             items = [self.value(v) for v in value]
-            key = _leaf_key("l", items)
+            key = _leaf_key("l", items) if self._share_leaves else None
             return items if key is None else self.leaves.setdefault(key, items)
         if isinstance(value, dict):
             fields = {self.strings.setdefault(k, k): self.value(v) for k, v in value.items()}
-            key = _leaf_key("d", [x for kv in fields.items() for x in kv])
+            key = _leaf_key("d", [x for kv in fields.items() for x in kv]) if self._share_leaves else None
             return fields if key is None else self.leaves.setdefault(key, fields)
         return value
 

@@ -47,7 +47,7 @@ class ProbeMemory:
         self._seen: dict[str, tuple[float, ObservedHost]] = {}
         """Each host's last observation (the probe's answer, volatile figures included) and when it came
         (`time.monotonic()`): a commit's reaction plans with them for the hosts it does not probe."""
-        self._equal = EqualValues()
+        self._equal = EqualValues(leaves=False)  # the parsed facts keep strings, not the answer's containers
         self._whole_since_renewal = 0
         self.installs = 0
         """Probe programs sent (first contact, a new version, a missing or corrupt copy): for tests and benches."""
@@ -66,7 +66,7 @@ class ProbeMemory:
         if self._held.get(host) is not facts:  # a whole answer (an unchanged one returns the facts held)
             self._whole_since_renewal += 1
             if self._whole_since_renewal > max(64, 2 * len(self._held)):
-                self._equal, self._whole_since_renewal = EqualValues(), 0
+                self._equal, self._whole_since_renewal = EqualValues(leaves=False), 0
         self._held[host] = facts
         self._seen[host] = (time.monotonic(), observed)
 
