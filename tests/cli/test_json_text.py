@@ -26,6 +26,7 @@ def test_the_value_is_the_same_json_with_one_finding_a_line() -> None:
 
 
 def test_plain_values_and_empty_containers_are_as_json_dumps_prints_them() -> None:
-    for value in (None, 3, "x", [], {}, [1, [2, [3]]]):
+    values: list[object] = [None, 3, "x", [], {}, [1, [2, [3]]]]
+    for value in values:
         assert json.loads(json_text(value)) == value
     assert json_text([1, [2, [3]]]) == "[\n  1,\n  [\n    2,\n    [3]\n  ]\n]"
