@@ -3,8 +3,9 @@
 Issue 27 (the daemon's peak RSS at 1,000 hosts): 250 lanes' healthy specs are 1.8 MB of JSON text and
 9.1 MB decoded. Every cycle writes each lane's row again (its `updated` time at least), so a record kept
 by the whole row was decoded again once a cycle, and for a while the new copy was held beside the old one
-(by the records and lane states of the cycle under way). Kept by the column's own text, a spec that did not
-change keeps its one decoded value across writes, and its text is shared with the row that holds it.
+(by the records and lane states of the cycle under way). Kept by the column's text key (`text_key`: a long
+text by its length and hash), a spec that did not change keeps its one decoded value across writes, and no
+copy of its text is held (the 1.9 MB of text were held beside the values until issue 27's last part).
 
 The objects inside the decoded values are shared too: the ranks of 250 lanes repeat the same keys, flags,
 environment pairs, labels, images and mounts, and one object per distinct string, and per distinct list or
@@ -20,27 +21,39 @@ from typing import Any
 
 from reconciler.equalvalues import EqualValues
 
+TextKey = tuple[int, int] | str
+"""What identifies a text without holding it: a long one by its length and hash, a short one by itself."""
+
+KEYED_BY_HASH = 256
+"""Texts longer than this are kept by (length, hash). Python's str hash is keyed per process (SipHash with a
+random key, PEP 456), so a committer cannot write two different specs that the store would take for one."""
+
+
+def text_key(text: str) -> TextKey:
+    return (len(text), hash(text)) if len(text) > KEYED_BY_HASH else text
+
 
 class JsonColumns:
     """The decoded JSON columns of the rows a store has read, by lane and column."""
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[str, str], tuple[str, Any]] = {}
+        self._kept: dict[tuple[str, str], tuple[TextKey, Any]] = {}
         self._shared = EqualValues()
         self._since_rebuild = 0
 
-    def decode(self, lane: str, column: str, text: str) -> tuple[str, Any]:
-        """The column's text as kept (equal to `text`, the object the row should hold) and its value, decoded
-        when the text changed. Readers never change a decoded value (records are frozen values)."""
+    def decode(self, lane: str, column: str, text: str) -> Any:
+        """The column's value, decoded when its text changed. Readers never change a decoded value (records
+        are frozen values)."""
+        key = text_key(text)
         kept = self._kept.get((lane, column))
-        if kept is not None and kept[0] == text:
-            return kept
+        if kept is not None and kept[0] == key:
+            return kept[1]
         value = self._shared.value(json.loads(text))
-        self._kept[(lane, column)] = (text, value)
+        self._kept[(lane, column)] = (key, value)
         self._since_rebuild += 1
         if self._since_rebuild > max(64, len(self._kept)):
             self._rebuild()
-        return text, value
+        return value
 
     def keep_only(self, lanes: set[str]) -> None:
         """Forget the columns of lanes that have no row any more."""

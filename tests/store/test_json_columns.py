@@ -57,8 +57,8 @@ def test_lanes_share_their_equal_strings(tmp_path: Path) -> None:
 
 def test_equal_containers_are_one_object_and_true_is_not_one() -> None:
     columns = JsonColumns()
-    _, a = columns.decode("a", "healthy_specs", '[{"env": [["K", "1"]], "m": {"ro": true}, "n": [1, 1.0]}]')
-    _, b = columns.decode("b", "healthy_specs", '[{"env": [["K", "1"]], "m": {"ro": 1}, "n": [1, 1.0]}]')
+    a = columns.decode("a", "healthy_specs", '[{"env": [["K", "1"]], "m": {"ro": true}, "n": [1, 1.0]}]')
+    b = columns.decode("b", "healthy_specs", '[{"env": [["K", "1"]], "m": {"ro": 1}, "n": [1, 1.0]}]')
     assert a[0]["env"][0] is b[0]["env"][0]
     assert a[0]["n"] is b[0]["n"]
     assert a[0]["m"] == {"ro": True} and a[0]["m"]["ro"] is True
@@ -68,9 +68,19 @@ def test_equal_containers_are_one_object_and_true_is_not_one() -> None:
 def test_the_shared_strings_stay_in_proportion_to_what_is_held() -> None:
     columns = JsonColumns()
     for n in range(2_000):  # a lane whose specs change 2,000 times, each with new strings
-        _, value = columns.decode("a", "healthy_specs", f'[{{"commit": "c{n}", "image": "vllm"}}]')
+        value = columns.decode("a", "healthy_specs", f'[{{"commit": "c{n}", "image": "vllm"}}]')
         assert value == [{"commit": f"c{n}", "image": "vllm"}]
     columns.decode("b", "hosts", '["h0", "h1"]')
     assert columns.held() < 300
     columns.keep_only({"b"})
-    assert columns.decode("b", "hosts", '["h0", "h1"]')[1] == ["h0", "h1"]
+    assert columns.decode("b", "hosts", '["h0", "h1"]') == ["h0", "h1"]
+
+
+def test_a_long_text_is_kept_by_its_key_not_itself() -> None:
+    columns = JsonColumns()
+    text = '[{"commit": "c1", "image": "' + "v" * 1000 + '"}]'
+    first = columns.decode("a", "healthy_specs", text)
+    assert columns.decode("a", "healthy_specs", "".join(list(text))) is first  # an equal text read again
+    assert not any(isinstance(key, str) and len(key) > 256 for key, _ in columns._kept.values())
+    other = columns.decode("a", "healthy_specs", text.replace("c1", "c2"))
+    assert other is not first and other[0]["commit"] == "c2"
