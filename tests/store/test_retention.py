@@ -9,7 +9,7 @@ import pytest
 
 from reconciler.store.journal import Store
 from reconciler.store.retention import DAY_S, Retention, prune
-from reconciler.store.sqlite import open_db
+from reconciler.store.sqlite import CACHE_KIB, open_db
 from reconciler.store.status import status_rows
 from reconciler.store.trust import set_anchor
 
@@ -50,6 +50,12 @@ def test_lane_records_rewritten_every_cycle_stay_normal(tmp_path: Path) -> None:
     store.update_lane("a", health="healthy")
     assert not [s for s in seen if "synchronous" in s.lower()]
     assert open_db(tmp_path / "other.db").execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_the_journal_keeps_a_small_page_cache_of_its_own(tmp_path: Path) -> None:
+    """sqlite's default 2 MB cache was daemon RSS (issue 27); the kernel's page cache holds the pages anyway."""
+    assert open_db(tmp_path / "lanes.db").execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
+    assert CACHE_KIB < 2000
 
 
 def _apply(store: Store, lane: str, commit: str, result: str) -> str:
