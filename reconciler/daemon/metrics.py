@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from reconciler import __version__ as _version
 from reconciler.lane import LaneHealth
@@ -40,24 +41,41 @@ class LaneOutcome(Protocol):
     def result(self) -> str: ...
 
 
+class LaneHealthSet:
+    """`lanes_lane_health{lane, health}`: 1 for each lane's current health, 0 for every other, made from one
+    dict when `/metrics` is read. As a `Gauge` it was a child object per lane and health, 1,750 at 250 lanes
+    (1.1 MB of the daemon's memory, issue 27), each set at every status."""
+
+    NAME = "lanes_lane_health"
+    HELP = "1 for the current health of each lane, 0 for the others"
+
+    def __init__(self) -> None:
+        self.current: dict[str, str] = {}
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["lane", "health"])
+        for lane, health in self.current.items():
+            for h in sorted({*HEALTHS, health}):
+                family.add_metric([lane, h], 1.0 if h == health else 0.0)
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["lane", "health"])
+
+
 class Metrics:
     """The metric families of `/metrics`, and helpers that set them from what the daemon knows."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self._lane_health_series: set[tuple[str, str]] = set()
         r = self.registry
         self.info = Gauge("lanes_build_info", "lanes version, always 1", ["version"], registry=r)
         self.info.labels(version=_version).set(1)
         self.lanes = Gauge(
             "lanes_lanes", "Lanes by health (healthy, progressing, degraded, ...)", ["health"], registry=r
         )
-        self.lane_health = Gauge(
-            "lanes_lane_health",
-            "1 for the current health of each lane, 0 for the others",
-            ["lane", "health"],
-            registry=r,
-        )
+        self.lane_health = LaneHealthSet()
+        r.register(self.lane_health)
         self.last_reconcile = Gauge(
             "lanes_last_reconcile_timestamp_seconds", "Unix time the last reconcile cycle finished", registry=r
         )
@@ -185,16 +203,7 @@ class Metrics:
                 self.staging_done.labels(lane=row["name"], host=host).set(fig.get("done") or 0)
                 self.staging_total.labels(lane=row["name"], host=host).set(fig.get("total") or 0)
                 self.staging_rate.labels(lane=row["name"], host=host).set(fig.get("rate_bps") or 0)
-        # Series of lanes gone (or of a health no longer shown) are removed, the rest set in place: clearing
-        # them all made prometheus-client build 1,750 series again at each status of 250 lanes (bench/README.md,
-        # issue 27), where setting an existing one is a lookup.
-        wanted = {(lane, h) for lane, health in current.items() for h in {*HEALTHS, health}}
-        for gone in self._lane_health_series - wanted:
-            self.lane_health.remove(*gone)
-        for lane, health in current.items():
-            for h in sorted(set(HEALTHS) | {health}):
-                self.lane_health.labels(lane=lane, health=h).set(1 if h == health else 0)
-        self._lane_health_series = wanted
+        self.lane_health.current = current  # lanes gone are gone from /metrics with it
 
     def record_cycle(
         self,
