@@ -31,7 +31,7 @@ from reconciler.transport.base import CommandResult, HostTarget, Session, checke
 from reconciler.transport.session import LineSession
 from reconciler.transport.sshkeys import ClientKeys
 from reconciler.transport.sshlean import shared_line, shed_handshake_state
-from reconciler.transport.sshpipe import SSHPipe
+from reconciler.transport.sshpipe import Ended, SSHPipe, run_command
 
 log = structlog.get_logger(__name__)
 
@@ -132,8 +132,8 @@ class SSHTransport:
             host=host.name,
             argv=args,
             exit_status=status,
-            stdout=_text(completed.stdout),
-            stderr=_text(completed.stderr),
+            stdout=completed.stdout,
+            stderr=completed.stderr,
             duration_s=duration,
         )
         return checked(result) if check else result
@@ -195,9 +195,7 @@ class SSHTransport:
         for conn in conns:
             await conn.wait_closed()
 
-    async def _execute(
-        self, host: HostTarget, argv: tuple[str, ...], input: str | None
-    ) -> asyncssh.SSHCompletedProcess:
+    async def _execute(self, host: HostTarget, argv: tuple[str, ...], input: str | None) -> Ended:
         # A connection that died while idle is noticed only when we open a
         # channel on it; the command was never sent, so one reconnect is safe.
         # A drop after the command was sent is not retried: it may have run.
@@ -218,24 +216,11 @@ class SSHTransport:
         host: HostTarget,
         argv: tuple[str, ...],
         input: str | None,
-    ) -> asyncssh.SSHCompletedProcess:
+    ) -> Ended:
         try:
             # Without input, stdin gets EOF at once so a command that reads
             # it cannot hang waiting for us.
-            process = await conn.create_process(
-                command_line(argv),
-                input=input or None,
-                stdin=asyncssh.PIPE if input else asyncssh.DEVNULL,
-                encoding="utf-8",
-                errors="replace",
-            )
-            try:
-                completed = await process.wait(check=False)
-            except asyncio.CancelledError:
-                # Timed out or shut down: closing the channel makes sshd hang
-                # up on the command instead of leaving it to run unwatched.
-                process.close()
-                raise
+            completed = await run_command(conn, command_line(argv), input)
         except asyncssh.ChannelOpenError as exc:
             if exc.code == asyncssh.OPEN_CONNECT_FAILED:
                 raise _StaleConnectionError(exc.reason) from None
@@ -376,8 +361,3 @@ def tcp_keepalive(sock: socket.socket | None, idle_s: int, interval_s: int, coun
 
 def _pool_key(host: HostTarget) -> _PoolKey:
     return (host.address, host.port, host.user)
-
-
-def _text(data: object) -> str:
-    # With an encoding set asyncssh returns str; None means nothing was captured.
-    return data if isinstance(data, str) else ""

@@ -18,4 +18,3 @@ def test_one_context_without_a_ca_that_still_verifies() -> None:
     assert context.cert_store_stats()["x509_ca"] == 0
     assert context.verify_mode == ssl.CERT_REQUIRED
     assert context.check_hostname
-

@@ -6,9 +6,11 @@ would silently stop (and the daemon's memory at 1,000 hosts grow back by some 4 
 
 from __future__ import annotations
 
+import gc
 import shlex
 from typing import Any
 
+import asyncssh
 import pytest
 
 from reconciler.transport import HostTarget, SSHTransport
@@ -75,3 +77,18 @@ def test_a_session_command_line_is_one_string() -> None:
     argv = ("python3", "-c", "print('x' * 2000)", "serve")
     assert shared_line(argv) is shared_line(argv[:2] + argv[2:])  # an equal tuple, not the same one
     assert shared_line(argv) == shlex.join(argv)
+
+
+async def test_a_finished_command_leaves_no_reference_cycle(ssh: SSHTransport, target: HostTarget) -> None:
+    """Its channel and callbacks are freed when it returns, not at a full garbage collection (asyncssh's
+    process objects formed cycles: at 1,000 hosts about 3 MB waited for one after a first convergence)."""
+    await ssh.run(target, ["echo", "warm"])  # the connection, opened
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(20):
+            assert (await ssh.run(target, ["echo", str(i)], input="ignored\n")).stdout == f"{i}\n"
+        left = [o for o in gc.get_objects() if isinstance(o, asyncssh.SSHClientChannel)]
+    finally:
+        gc.enable()
+    assert left == []
