@@ -248,6 +248,20 @@ def _mount_field(index: int) -> str:
     return f"mounts[{index - 2}]"
 
 
+_PAIRS: dict[tuple[str, str], tuple[str, str]] = {}
+_PAIRS_MAX = 1 << 16
+"""Past this many distinct pairs the table starts again: a long-lived daemon renders each commit's new values,
+and what the table forgets stays shared by the specs that hold it."""
+
+
+def shared_pairs(items: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """A rank's env or labels, sorted, each (key, value) pair one object for every rank that has it equal:
+    1,000 ranks repeat most of theirs, and a tuple each was about 1 MB of the daemon's memory (issue 27)."""
+    if len(_PAIRS) > _PAIRS_MAX:
+        _PAIRS.clear()
+    return tuple(_PAIRS.setdefault(pair, pair) for pair in sorted(items))
+
+
 def seal(
     ctx: RankContext,
     *,
@@ -284,10 +298,10 @@ def seal(
         image=image,
         command=tuple(command),
         entrypoint=entrypoint,
-        env=tuple(sorted(env.items())),
+        env=shared_pairs(env.items()),
         secret_env=secret_env,
         env_file=env_file,
-        labels=tuple(sorted(labels.items())),
+        labels=shared_pairs(labels.items()),
         mounts=rank_mounts(ctx),
         privileged=flags.privileged,
         devices=flags.devices,
@@ -304,7 +318,7 @@ def seal(
     labels[LABEL_SPEC] = digest
     labels[LABEL_COMMIT] = ctx.commit
     _refuse_nul(lane.name, [ctx.commit])
-    return replace(draft, labels=tuple(sorted(labels.items())), spec_hash=digest)
+    return replace(draft, labels=shared_pairs(labels.items()), spec_hash=digest)
 
 
 def _strings_of(spec: ContainerSpec) -> list[str]:

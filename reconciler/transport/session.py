@@ -58,6 +58,20 @@ class Pipe(Protocol):
 class LineSession:
     """One command answering request lines; see the module docstring for its rules."""
 
+    # One per host for good (the probe's): slots, not an instance dict each.
+    __slots__ = (
+        "_closed",
+        "_last_used",
+        "_lock",
+        "_on_close",
+        "_slots",
+        "answered",
+        "argv",
+        "ended",
+        "host",
+        "pipe",
+    )
+
     def __init__(
         self,
         host: HostTarget,

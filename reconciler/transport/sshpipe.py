@@ -27,6 +27,22 @@ BUFFER_MAX_BYTES = 4 * READ_CHUNK
 class _Channel(asyncssh.SSHClientSession[bytes]):
     """The callbacks of one session's channel: what arrived, and how it ended."""
 
+    # One per probe session on every host, and per command in flight: slots, not an instance dict each.
+    __slots__ = (
+        "_waiter",
+        "_writable",
+        "chan",
+        "closed",
+        "eof",
+        "err",
+        "exit_signal",
+        "exit_status",
+        "lost",
+        "out",
+        "paused",
+        "whole",
+    )
+
     def __init__(self, *, whole: bool = False) -> None:
         self.whole = whole
         """A command's channel (`run_command`): its output is kept whole, as a finished command's is read, and

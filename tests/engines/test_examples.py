@@ -104,3 +104,20 @@ def test_production_lane_switches_its_images_overlay_on_with_each_ranks_engram_r
         assert env["SPARK_ENGRAM_MAX_IDS"] == str(max(chunk, lane.max_num_seqs * 8) * 32) == "65536"
         # Its RDMA collectives on, with the GID index each node's probe reads (`host_env`).
         assert env["SPARK_ROCE_AR"] == "1" and "B12X_ROCE_GID_INDEX" in env
+
+
+def test_ranks_share_their_equal_env_and_label_pairs() -> None:
+    """Each (key, value) pair equal across ranks and lanes is one object (issue 27: 1,000 ranks' pairs were
+    about 1 MB of the daemon's memory); the specs, their order and hashes are as before (the golden tests)."""
+    desired = load_desired(_state_files(), "e" * 40)
+    specs = [
+        spec
+        for lane in desired.lanes.values()
+        for spec in render_lane(lane, desired.models[lane.model], desired.fleet, desired.hosts, desired.commit)
+    ]
+    pairs: dict[tuple[str, str], tuple[str, str]] = {}
+    for spec in specs:
+        assert list(spec.env) == sorted(spec.env) and list(spec.labels) == sorted(spec.labels)
+        for pair in (*spec.env, *spec.labels):
+            assert pairs.setdefault(pair, pair) is pair
+    assert len(pairs) < sum(len(s.env) + len(s.labels) for s in specs)  # some are shared indeed
