@@ -40,7 +40,7 @@ ENGINES_WITH_TABLES = ("sglang", "vllm")
 Choice = str | int | float | bool | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Flag:
     flags: tuple[str, ...]
     nargs: int | str | None
