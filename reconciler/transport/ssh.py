@@ -31,7 +31,7 @@ from reconciler.transport.base import CommandResult, HostTarget, Session, checke
 from reconciler.transport.session import LineSession
 from reconciler.transport.sshkeys import ClientKeys
 from reconciler.transport.sshlean import shared_line, shed_handshake_state
-from reconciler.transport.sshpipe import Ended, SSHPipe, run_command
+from reconciler.transport.sshpipe import COMMAND_OUTPUT_MAX_BYTES, Ended, SSHPipe, run_command
 
 log = structlog.get_logger(__name__)
 
@@ -229,6 +229,11 @@ class SSHTransport:
             if conn.is_closed():
                 await self._discard(host, conn)
             raise HostUnreachableError(host.name, f"connection lost running {argv[0]}: {exc}") from None
+        if completed.overflowed:
+            raise PermanentError(
+                f"{host.name}: {argv[0]} printed more than {COMMAND_OUTPUT_MAX_BYTES >> 20} MiB; it was stopped "
+                "and its output refused"
+            )
         if completed.exit_status is None and completed.exit_signal is None:
             # sshd reports every command's end (an exit status or a signal); a session closed without either
             # lost its connection, whose own close may not have reached us yet. Not "killed by a signal".

@@ -13,12 +13,18 @@ session's rules see one kind of failure whatever the transport.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from functools import partial
 
 import asyncssh
 
 from reconciler.transport.session import READ_CHUNK, STDERR_MAX_BYTES
+
+COMMAND_OUTPUT_MAX_BYTES = 64 << 20
+"""What one command may print (stdout and stderr together) before its channel is closed and its output refused:
+a host is not trusted to bound it, and the largest lanes reads (a model folder's file list, a container's
+inspect) is a few megabytes."""
 
 BUFFER_MAX_BYTES = 4 * READ_CHUNK
 """stdout held before the channel's reading pauses: a few reads' worth, so an answer streams without stalls."""
@@ -39,6 +45,7 @@ class _Channel(asyncssh.SSHClientSession[bytes]):
         "exit_status",
         "lost",
         "out",
+        "overflowed",
         "paused",
         "whole",
     )
@@ -48,6 +55,8 @@ class _Channel(asyncssh.SSHClientSession[bytes]):
         """A command's channel (`run_command`): its output is kept whole, as a finished command's is read, and
         the channel never paused."""
         self.chan: asyncssh.SSHClientChannel[bytes] | None = None
+        self.overflowed = False
+        """A command printed more than `COMMAND_OUTPUT_MAX_BYTES`: its channel was closed."""
         self.out = bytearray()
         self.err = bytearray()
         self.eof = False
@@ -64,6 +73,11 @@ class _Channel(asyncssh.SSHClientSession[bytes]):
         self.chan = chan
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        if self.whole and len(self.out) + len(self.err) + len(data) > COMMAND_OUTPUT_MAX_BYTES:
+            self.overflowed = True  # nothing more kept; the channel's close ends the command
+            if self.chan is not None:
+                self.chan.close()
+            return
         if datatype == asyncssh.EXTENDED_DATA_STDERR:
             room = STDERR_MAX_BYTES - len(self.err)
             if self.whole or room > 0:
@@ -129,6 +143,8 @@ class Ended:
     exit_signal: str | None
     stdout: str
     stderr: str
+    overflowed: bool = False
+    """It printed more than `COMMAND_OUTPUT_MAX_BYTES`: what it printed was not kept, and it was stopped."""
 
 
 async def run_command(conn: asyncssh.SSHClientConnection, command: str, input: str | None) -> Ended:
@@ -145,17 +161,18 @@ async def run_command(conn: asyncssh.SSHClientConnection, command: str, input: s
     chan = channel.chan
     assert chan is not None
     try:
-        try:
+        # A command that ended before it read its stdin refuses what is left to send: its end says the rest.
+        with contextlib.suppress(BrokenPipeError):
             if input:
                 chan.write(input.encode("utf-8"))
             chan.write_eof()
-        except BrokenPipeError:
-            pass  # the command ended before it read its stdin: nothing to send (its end says the rest)
         while not channel.closed:
             await channel.arrival()
     except asyncio.CancelledError:
         chan.close()
         raise
+    if channel.overflowed:
+        return Ended(channel.exit_status, channel.exit_signal, "", "", overflowed=True)
     return Ended(
         channel.exit_status,
         channel.exit_signal,

@@ -13,7 +13,8 @@ from typing import Any
 import asyncssh
 import pytest
 
-from reconciler.transport import HostTarget, SSHTransport
+from reconciler.errors import PermanentError
+from reconciler.transport import HostTarget, SSHTransport, sshpipe
 from reconciler.transport.sshlean import shared_line, shed_handshake_state
 
 from .sshfake import FakeSSHServer
@@ -92,3 +93,14 @@ async def test_a_finished_command_leaves_no_reference_cycle(ssh: SSHTransport, t
     finally:
         gc.enable()
     assert left == []
+
+
+async def test_a_command_that_prints_past_the_bound_is_stopped_and_refused(
+    ssh: SSHTransport, target: HostTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a host prints is not trusted to be bounded: past `COMMAND_OUTPUT_MAX_BYTES` the channel closes and
+    the command fails, nothing of its output kept; the connection serves the next command."""
+    monkeypatch.setattr(sshpipe, "COMMAND_OUTPUT_MAX_BYTES", 1000)
+    with pytest.raises(PermanentError, match="echo printed more than"):
+        await ssh.run(target, ["echo", "x" * 5000])
+    assert (await ssh.run(target, ["echo", "short"])).stdout == "short\n"
