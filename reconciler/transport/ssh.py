@@ -30,7 +30,7 @@ from reconciler.errors import HostKeyError, HostUnreachableError, PermanentError
 from reconciler.transport.base import CommandResult, HostTarget, Session, checked, command_line, timed_out
 from reconciler.transport.session import LineSession
 from reconciler.transport.sshkeys import ClientKeys
-from reconciler.transport.sshlean import shared_line, shed_handshake_state
+from reconciler.transport.sshlean import share_options, shared_line, shed_handshake_state
 from reconciler.transport.sshpipe import COMMAND_OUTPUT_MAX_BYTES, Ended, SSHPipe, run_command
 
 log = structlog.get_logger(__name__)
@@ -330,6 +330,7 @@ class SSHTransport:
             raise HostUnreachableError(host.name, f"cannot connect to {where}: {exc.reason}") from None
         tcp_keepalive(conn.get_extra_info("socket"), *self._keepalive)
         shed_handshake_state(conn)  # kept for good: what the handshake left is not (sshlean.py)
+        share_options(conn)
         log.info("ssh.connected", host=host.name, address=where, user=host.user)
         return conn
 

@@ -11,7 +11,9 @@ daemon, `bench/profiled_daemon.py --memory`):
   read to choose a signature algorithm at user authentication): every host of a fleet announces the same
   list, so one equal set serves them all;
 - a probe session's command line (1.8 KB: the launcher script inline), kept by its channel: every host runs
-  the same line, so one string serves them all.
+  the same line, so one string serves them all;
+- the connection's options object (4.5 KB with its parsed config, kwargs and algorithm lists) and the empty
+  trust sets its known_hosts match left (`share_options`).
 
 asyncssh gives no public way to drop these; the names are checked (`tests/transport/test_sshlean.py` fails if
 an asyncssh release renames them) and a connection whose key exchange is under way is left alone.
@@ -45,6 +47,67 @@ def shed_handshake_state(conn: asyncssh.SSHClientConnection) -> bool:
             shared = _SIG_ALGS[key] = algs
         if shared is not None:
             conn._server_sig_algs = shared
+    return True
+
+
+_SESSION_DEFAULTS = (
+    "command",
+    "subsystem",
+    "env",
+    "send_env",
+    "request_pty",
+    "term_type",
+    "term_size",
+    "term_modes",
+    "x11_forwarding",
+    "x11_display",
+    "x11_auth_path",
+    "x11_single_connection",
+    "encoding",
+    "errors",
+    "window",
+    "max_pktsize",
+)
+"""What an open client connection still reads of its options: a new session's defaults (asyncssh 2.24
+`SSHClientConnection.create_session`, the only reader of `_options` once authentication is done: the others
+are `_connection_made`, host-based auth and `SSHAcceptor.update`, none of which runs on an open client)."""
+
+_ALGS = ("_kex_algs", "_enc_algs", "_mac_algs", "_cmp_algs", "_sig_algs")
+"""The algorithm lists a connection copies from its options at `SSHConnection.__init__`, read again at each
+rekey's KEXINIT: equal lists for every connection made with the same settings."""
+
+_EMPTY_AFTER_MATCH = ("_trusted_ca_keys", "_revoked_host_keys", "_x509_revoked_certs")
+"""Sets `_match_known_hosts` assigns once at connect and the host key checks only read (`in`, truth) after it,
+at a rekey too: when empty, one shared frozenset serves every connection. `_trusted_host_keys` is not among
+them: it holds the host's own pinned key."""
+
+_SHARED: dict[str, tuple[asyncssh.SSHClientConnectionOptions, tuple[object, ...]]] = {}
+"""One options object and one set of algorithm lists per distinct session defaults and lists: a daemon
+makes every connection with the same settings, so this holds one entry; bounded all the same."""
+_SHARED_MAX = 16
+_EMPTY: frozenset[object] = frozenset()
+
+
+def share_options(conn: asyncssh.SSHClientConnection) -> bool:
+    """Point an authenticated `conn` at options and algorithm lists equal to its own that other connections
+    already hold, and its empty trust sets at one frozenset; False (nothing done) before authentication."""
+    state = vars(conn)
+    if not state.get("_auth_complete"):
+        return False
+    options = state["_options"]
+    algs = tuple(state[name] for name in _ALGS)
+    # repr, not hash: env and term_modes are dicts. Equal reprs of these plain values mean equal values.
+    key = repr((tuple(getattr(options, name) for name in _SESSION_DEFAULTS), algs))
+    shared = _SHARED.get(key)
+    if shared is None and len(_SHARED) < _SHARED_MAX:
+        shared = _SHARED[key] = (options, algs)
+    if shared is not None:
+        conn._options = shared[0]
+        for name, value in zip(_ALGS, shared[1], strict=True):
+            setattr(conn, name, value)
+    for name in _EMPTY_AFTER_MATCH:
+        if state.get(name) == set():
+            setattr(conn, name, _EMPTY)
     return True
 
 
