@@ -183,7 +183,10 @@ def configure(
     """`stream`: stderr for commands (stdout is theirs), stdout for the daemon (journald reads it)."""
     out = stream
     as_json = (not (out or sys.stderr).isatty()) if json_lines is None else json_lines
-    renderer: Any = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
+    # Plain tracebacks on a console: structlog's default with rich installed prints every frame's locals,
+    # which may hold what the redactor never sees (it reads the event's fields, not a rendered traceback).
+    console = structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback)
+    renderer: Any = structlog.processors.JSONRenderer() if as_json else console
     if to_journal(out or sys.stderr):
         renderer = PriorityPrefix(renderer)  # journalctl -p err then finds the daemon's errors
     redactor = Redactor(secrets)

@@ -98,3 +98,21 @@ def test_lines_to_the_journal_carry_their_priority_and_others_do_not(
     assert json.loads(lines[1][3:])["event"] == "lane.applied"
     plain = (tmp_path / "other").read_text().splitlines()
     assert len(plain) == 5 and all(line.startswith("{") for line in plain)
+
+
+def test_a_console_traceback_shows_no_frame_locals() -> None:
+    """A local of a failing frame may hold a secret the redactor never saw (it reads the event's fields):
+    structlog's console default with rich installed prints every frame's locals; lanes' console prints none."""
+    out = io.StringIO()
+    configure("info", json_lines=False, stream=out)
+    try:
+        local_only = "a-value-held-only-in-a-local-" + "0123"
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            structlog.get_logger("t").exception("step.failed")
+        assert local_only
+    finally:
+        configure("warning")
+    assert "RuntimeError: boom" in out.getvalue() and "Traceback" in out.getvalue()
+    assert "a-value-held-only-in-a-local-0123" not in out.getvalue()
