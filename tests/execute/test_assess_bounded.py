@@ -134,3 +134,37 @@ async def test_the_lane_files_path_cannot_end_the_request_line() -> None:
     assert lines[0] == b"GET /health%20x%0D%0AX-Injected:%201?probe=%2F&%C3%A9 HTTP/1.1\r\n"
     assert not [line for line in lines if line.lower().startswith(b"x-injected")]
     assert lines[1] == f"Host: 127.0.0.1:{port}\r\n".encode()
+
+
+async def test_an_answer_with_no_line_feed_in_its_first_bytes_is_not_read_on() -> None:
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(b"H" * 20000)
+        await writer.drain()
+        writer.close()
+
+    server, port = await serve(endless)
+    try:
+        async with Assessment(timeout_s=10.0) as assessment:
+            answer = await engine_answers(assessment, "127.0.0.1", port, Health())
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert answer == f"127.0.0.1:{port}/health did not answer (ValueError: no status line in the first 8192 bytes)"
+
+
+async def test_an_engine_named_by_a_host_name_is_asked_at_an_address_it_resolves_to() -> None:
+    async def busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(b"HTTP/1.1 503 X\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server, port = await serve(busy)
+    try:
+        async with Assessment(timeout_s=10.0) as assessment:
+            answer = await engine_answers(assessment, "localhost", port, Health())
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert answer == f"localhost:{port}/health answered 503"
