@@ -331,6 +331,32 @@ def test_the_swap_a_lanes_failure_undid_is_a_field_of_its_own(store: Store) -> N
     assert store.lane(PRODUCTION).swap_undone is None  # type: ignore[union-attr]
 
 
+def test_the_retry_schedule_reads_held_rows_as_they_will_be(tmp_path: Path) -> None:
+    """`retry_schedule` reads two columns, not every lane's record (it runs after each operation), and says
+    what the records say: a backoff on disk that a held write ended is gone, a held new one is there."""
+    store = Store(tmp_path / "lanes.db", hold_writes=True)
+    soon = time.time() + 600
+    store.update_lane(EUGR, health="degraded", retry_fingerprint="fp-pull", retry_at=soon)
+    store.update_lane(PRODUCTION, health="healthy")
+    assert store.retry_schedule() == {EUGR: ("fp-pull", soon)}
+    pages = store.db.execute("pragma page_count").fetchone()[0]
+    store.db.execute(f"pragma max_page_count = {pages}")
+    store.step_started("run1", PRODUCTION, "c2", 0, "lease", {"describe": "x" * 20_000})  # refused: now held
+    store.update_lane(EUGR, health="healthy", retry_fingerprint=None, retry_at=None)
+    store.update_lane(PRODUCTION, health="degraded", retry_fingerprint="fp-new", retry_at=soon + 1)
+    assert store.held_writes
+    from_records = {
+        r.name: (r.retry_fingerprint, r.retry_at) for r in store.lanes() if r.retry_fingerprint and r.retry_at
+    }
+    assert store.retry_schedule() == from_records == {PRODUCTION: ("fp-new", soon + 1)}
+
+    def no_records(row: object) -> None:
+        raise AssertionError("the schedule decoded a lane's whole record")
+
+    store._record = no_records  # type: ignore[assignment,method-assign]
+    assert store.retry_schedule() == from_records
+
+
 # -- a disk that refuses writes -------------------------------------------------------------
 
 
