@@ -9,6 +9,7 @@ command named (`lanes --help`, completion) and for whoever imports `app`, every 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module, metadata
@@ -200,9 +201,32 @@ def named_command(argv: Sequence[str]) -> str | None:
     return None
 
 
+QUICK_EXIT = frozenset({"check"})
+"""Commands that read and print, and leave nothing to finish at exit (no thread, no temporary file, no write):
+their process ends with `os._exit` once its output is flushed. The interpreter's teardown frees a 1,000-lane
+commit's million objects one at a time, 0.1-0.2 s of `lanes check`'s second (issue 27)."""
+
+
 def run() -> Any:
     """The `lanes` script: the app with the command its arguments name alone."""
-    return build(named_command(sys.argv[1:]))()
+    named = named_command(sys.argv[1:])
+    command = build(named)
+    if named not in QUICK_EXIT:
+        return command()
+    try:
+        command()
+    except SystemExit as done:
+        code = done.code
+    else:
+        code = 0
+    if not isinstance(code, int | None):
+        raise SystemExit(code)  # a message: Python prints it and exits 1, the usual way
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe (`lanes check --json | head`): Python's own way out says so
+        raise SystemExit(code) from None
+    os._exit(code or 0)
 
 
 _full: LanesTyper | None = None
