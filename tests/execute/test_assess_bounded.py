@@ -136,6 +136,17 @@ async def test_the_lane_files_path_cannot_end_the_request_line() -> None:
     assert lines[1] == f"Host: 127.0.0.1:{port}\r\n".encode()
 
 
+async def asked(handler: object, address: str = "127.0.0.1") -> tuple[str | None, int]:
+    """What `engine_answers` says of one engine served by `handler` at `address`, and its port."""
+    server, port = await serve(handler)
+    try:
+        async with Assessment(timeout_s=10.0) as assessment:
+            return await engine_answers(assessment, address, port, Health()), port
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 async def test_an_answer_with_no_line_feed_in_its_first_bytes_is_not_read_on() -> None:
     async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readline()
@@ -143,13 +154,7 @@ async def test_an_answer_with_no_line_feed_in_its_first_bytes_is_not_read_on() -
         await writer.drain()
         writer.close()
 
-    server, port = await serve(endless)
-    try:
-        async with Assessment(timeout_s=10.0) as assessment:
-            answer = await engine_answers(assessment, "127.0.0.1", port, Health())
-    finally:
-        server.close()
-        await server.wait_closed()
+    answer, port = await asked(endless)
     assert answer == f"127.0.0.1:{port}/health did not answer (ValueError: no status line in the first 8192 bytes)"
 
 
@@ -160,11 +165,5 @@ async def test_an_engine_named_by_a_host_name_is_asked_at_an_address_it_resolves
         await writer.drain()
         writer.close()
 
-    server, port = await serve(busy)
-    try:
-        async with Assessment(timeout_s=10.0) as assessment:
-            answer = await engine_answers(assessment, "localhost", port, Health())
-    finally:
-        server.close()
-        await server.wait_closed()
+    answer, port = await asked(busy, "localhost")
     assert answer == f"localhost:{port}/health answered 503"

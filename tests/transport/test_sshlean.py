@@ -10,6 +10,7 @@ import gc
 import inspect
 import re
 import shlex
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncssh
@@ -36,36 +37,34 @@ async def test_an_open_connection_holds_no_kexinit_payloads(ssh: SSHTransport, t
     assert b"ssh-ed25519" in conn._server_sig_algs  # the server's list is kept, as one shared set
 
 
-async def test_connections_to_hosts_with_one_list_share_its_set(
-    ssh: SSHTransport, ssh_server: FakeSSHServer, target: HostTarget
-) -> None:
-    other = SSHTransport(ssh._known_hosts, [ssh_server.client_key_path], connect_timeout=5.0)
+@pytest.fixture
+async def other(ssh: SSHTransport, ssh_server: FakeSSHServer, target: HostTarget) -> AsyncIterator[SSHTransport]:
+    """A second transport to the same host, each with a connection open: two connections made alike."""
+    second = SSHTransport(ssh._known_hosts, [ssh_server.client_key_path], connect_timeout=5.0)
     try:
         await ssh.run(target, ["echo", "a"])
-        await other.run(target, ["echo", "b"])
-        assert _conn(ssh) is not _conn(other)
-        assert _conn(ssh)._server_sig_algs is _conn(other)._server_sig_algs
+        await second.run(target, ["echo", "b"])
+        yield second
     finally:
-        await other.close()
+        await second.close()
+
+
+async def test_connections_to_hosts_with_one_list_share_its_set(ssh: SSHTransport, other: SSHTransport) -> None:
+    assert _conn(ssh) is not _conn(other)
+    assert _conn(ssh)._server_sig_algs is _conn(other)._server_sig_algs
 
 
 async def test_connections_made_alike_share_one_options_object(
-    ssh: SSHTransport, ssh_server: FakeSSHServer, target: HostTarget
+    ssh: SSHTransport, other: SSHTransport, target: HostTarget
 ) -> None:
-    other = SSHTransport(ssh._known_hosts, [ssh_server.client_key_path], connect_timeout=5.0)
-    try:
-        await ssh.run(target, ["echo", "a"])
-        await other.run(target, ["echo", "b"])
-        a, b = _conn(ssh), _conn(other)
-        assert a._options is b._options
-        assert all(getattr(a, name) is getattr(b, name) for name in sshlean._ALGS)
-        assert a._revoked_host_keys is b._revoked_host_keys == frozenset()
-        assert a._trusted_host_keys is not b._trusted_host_keys and a._trusted_host_keys  # the pinned key, each its own
-        # A session opened after the sharing takes its defaults from the shared options.
-        assert (await other.run(target, ["echo", "c"], input="in\n")).stdout == "c\n"
-        assert (await ssh.run(target, ["cat"], input="d\n")).stdout == "d\n"
-    finally:
-        await other.close()
+    a, b = _conn(ssh), _conn(other)
+    assert a._options is b._options
+    assert all(getattr(a, name) is getattr(b, name) for name in sshlean._ALGS)
+    assert a._revoked_host_keys is b._revoked_host_keys == frozenset()
+    assert a._trusted_host_keys is not b._trusted_host_keys and a._trusted_host_keys  # the pinned key, each its own
+    # A session opened after the sharing takes its defaults from the shared options.
+    assert (await other.run(target, ["echo", "c"], input="in\n")).stdout == "c\n"
+    assert (await ssh.run(target, ["cat"], input="d\n")).stdout == "d\n"
 
 
 def test_the_session_defaults_are_all_that_create_session_reads_of_the_options() -> None:
