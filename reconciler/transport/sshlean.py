@@ -81,6 +81,11 @@ _EMPTY_AFTER_MATCH = ("_trusted_ca_keys", "_revoked_host_keys", "_x509_revoked_c
 at a rekey too: when empty, one shared frozenset serves every connection. `_trusted_host_keys` is not among
 them: it holds the host's own pinned key."""
 
+_CREDENTIALS = ("client_keys", "password", "passphrase", "pkcs11_pin", "client_host_keypairs")
+"""What an options object holds to authenticate (private keys among them), read by nothing once a connection
+is authenticated: cleared from the shared object, which outlives its connection (a key rotated out of the
+daemon's files must not stay in its memory for good). `kwargs`, the arguments it was made from, too."""
+
 _SHARED: dict[str, tuple[asyncssh.SSHClientConnectionOptions, tuple[object, ...]]] = {}
 """One options object and one set of algorithm lists per distinct session defaults and lists: a daemon
 makes every connection with the same settings, so this holds one entry; bounded all the same."""
@@ -100,6 +105,10 @@ def share_options(conn: asyncssh.SSHClientConnection) -> bool:
     key = repr((tuple(getattr(options, name) for name in _SESSION_DEFAULTS), algs))
     shared = _SHARED.get(key)
     if shared is None and len(_SHARED) < _SHARED_MAX:
+        for name in _CREDENTIALS:
+            if hasattr(options, name):
+                setattr(options, name, None)
+        options.kwargs = {}
         shared = _SHARED[key] = (options, algs)
     if shared is not None:
         conn._options = shared[0]

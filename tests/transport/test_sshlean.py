@@ -62,6 +62,9 @@ async def test_connections_made_alike_share_one_options_object(
     assert all(getattr(a, name) is getattr(b, name) for name in sshlean._ALGS)
     assert a._revoked_host_keys is b._revoked_host_keys == frozenset()
     assert a._trusted_host_keys is not b._trusted_host_keys and a._trusted_host_keys  # the pinned key, each its own
+    # The shared object outlives its connection: it keeps no credential (a rotated key must not stay in memory).
+    assert a._options.client_keys is None and a._options.kwargs == {}
+    assert all(getattr(a._options, name, None) is None for name in sshlean._CREDENTIALS)
     # A session opened after the sharing takes its defaults from the shared options.
     assert (await other.run(target, ["echo", "c"], input="in\n")).stdout == "c\n"
     assert (await ssh.run(target, ["cat"], input="d\n")).stdout == "d\n"
