@@ -18,6 +18,17 @@ import pytest
 from reconciler.cli.main import COMMANDS, GROUPS, app, build, named_command
 
 ROOT = Path(__file__).resolve().parents[2]
+CHECK_JSON = ["lanes", "--log-level", "error", "check", "--repo", str(ROOT), "--json"]
+
+
+def run_lanes_in(code: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter runs `code`, then the `lanes` script's `run` with `argv`."""
+    code += f"import sys\nfrom reconciler.cli.main import run\nsys.argv = {argv!r}\nrun()\n"
+    return subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
 NOT_FOR_CHECK = (
     "asyncssh",
     "httpx",
@@ -40,13 +51,8 @@ def test_lanes_check_imports_no_other_command_s_machinery(tmp_path: Path) -> Non
         f"    open({str(seen)!r}, 'w').write(json.dumps(sorted(n for n in names if n in sys.modules)))\n"
         "    end(code)\n"
         "os._exit = record\n"
-        "from reconciler.cli.main import run\n"
-        f"sys.argv = ['lanes', '--log-level', 'error', 'check', '--repo', {str(ROOT)!r}, '--json']\n"
-        "run()\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
+    out = run_lanes_in(code, CHECK_JSON, tmp_path)
     assert out.returncode in (0, 1), out.stderr  # the example state may warn or deny; it is checked either way
     assert json.loads(out.stdout)["commit"]
     assert json.loads(seen.read_text()) == []
@@ -84,24 +90,9 @@ def test_one_command_s_app_has_that_command_and_the_whole_app_has_every_one() ->
 def test_lanes_check_ends_once_its_output_is_flushed_without_the_interpreter_s_teardown(tmp_path: Path) -> None:
     """Its whole JSON is out, its exit code kept; what waits for the interpreter's exit (atexit) never runs:
     `lanes check` leaves nothing to finish, and the teardown was 0.1-0.2 s of its second at 1,000 lanes."""
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: sys.stderr.write('teardown ran\\n'))\n"
-        "from reconciler.cli.main import run\n"
-        f"sys.argv = ['lanes', '--log-level', 'error', 'check', '--repo', {str(ROOT)!r}, '--json']\n"
-        "run()\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
+    code = "import atexit, sys\natexit.register(lambda: sys.stderr.write('teardown ran\\n'))\n"
+    out = run_lanes_in(code, CHECK_JSON, tmp_path)
     assert out.returncode == json.loads(out.stdout)["exit_code"]
     assert "teardown ran" not in out.stderr
-    other = subprocess.run(  # the other commands end as Python does
-        [sys.executable, "-c", code.replace("'check', '--repo', " + repr(str(ROOT)) + ", '--json'", "'--version'")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    other = run_lanes_in(code, ["lanes", "--version"], tmp_path)  # the other commands end as Python does
     assert other.returncode == 0 and "teardown ran" in other.stderr
